@@ -138,7 +138,7 @@ impl ControlPlane {
             format!("--tls-private-key-file={}", plane.pki.serving_key.display()),
             format!("--client-ca-file={}", plane.pki.ca_cert.display()),
             format!("--service-account-issuer={SERVICE_ACCOUNT_ISSUER}"),
-            format!("--service-account-key-file={sa_key}"),
+            format!("--service-account-key-file={}", plane.pki.service_account_public_key.display()),
             format!("--service-account-signing-key-file={sa_key}"),
             format!("--api-audiences={SERVICE_ACCOUNT_ISSUER}"),
             "--authorization-mode=RBAC".into(),

@@ -35,7 +35,6 @@ pub struct Environment {
     // Field order is drop order: the agent (and so every Pod) before the control plane.
     agent: ManagedProcess,
     control_plane: ControlPlane,
-    client: Client,
     control_port: u16,
     nodes: Vec<String>,
     _network_lock: Flock<File>,
@@ -62,7 +61,6 @@ impl Environment {
         let agent_bin = tools::workspace_binary("slotkeeper-node-agent").map_err(ControlPlaneError::MissingBinary)?;
         let (network_block, network_lock) = lock_network_block()?;
         let control_plane = ControlPlane::start(&dir.join("control-plane"), &options.control_plane).await?;
-        let client = control_plane.client().await?;
         let control_port = free_port()?;
         let agent_dir = dir.join("node-agent");
         std::fs::create_dir_all(&agent_dir).map_err(|source| ControlPlaneError::Io { path: agent_dir.clone(), source })?;
@@ -78,7 +76,6 @@ impl Environment {
         let mut env = Environment {
             agent,
             control_plane,
-            client,
             control_port,
             nodes: options.nodes.clone(),
             _network_lock: network_lock,
@@ -89,7 +86,7 @@ impl Environment {
     }
 
     async fn wait_for_nodes(&mut self) -> Result<(), ControlPlaneError> {
-        let api: Api<Node> = Api::all(self.client.clone());
+        let api: Api<Node> = Api::all(self.client().await?);
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
             if let Some(status) = self.agent.exit_status() {
@@ -118,9 +115,10 @@ impl Environment {
         }
     }
 
-    /// A client acting as `admin`.
-    pub fn client(&self) -> Client {
-        self.client.clone()
+    /// A new client acting as `admin`. Clients are bound to the async runtime
+    /// they are first used on, so each test makes its own.
+    pub async fn client(&self) -> Result<Client, ControlPlaneError> {
+        self.control_plane.client().await
     }
 
     /// A client acting as a token-file user, such as [`crate::TEST_USERS`].

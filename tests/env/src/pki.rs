@@ -22,6 +22,7 @@ pub struct Pki {
     pub serving_cert: PathBuf,
     pub serving_key: PathBuf,
     pub service_account_key: PathBuf,
+    pub service_account_public_key: PathBuf,
 }
 
 impl Pki {
@@ -50,11 +51,13 @@ impl Pki {
             serving_cert: dir.join("apiserver.crt"),
             serving_key: dir.join("apiserver.key"),
             service_account_key: dir.join("service-account.key"),
+            service_account_public_key: dir.join("service-account.pub"),
         };
         write(&pki.ca_cert, &pki.ca_pem)?;
         write(&pki.serving_cert, &serving_cert.pem())?;
         write(&pki.serving_key, &serving_key.serialize_pem())?;
         write(&pki.service_account_key, &sa_key.serialize_pem())?;
+        write(&pki.service_account_public_key, &sa_key.public_key_pem())?;
         Ok(pki)
     }
 }

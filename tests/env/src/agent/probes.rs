@@ -88,7 +88,16 @@ pub async fn run_probe(probe: Probe, target: ProbeTarget) -> bool {
     let timeout = Duration::from_secs(probe.timeout_seconds.unwrap_or(1).max(1) as u64);
     let attempt = async {
         if let Some(exec) = &probe.exec {
-            let argv = exec.command.clone().unwrap_or_default();
+            // As the kubelet does, only variables with literal values expand here.
+            let statics: std::collections::HashMap<String, String> = target
+                .container
+                .env
+                .iter()
+                .flatten()
+                .filter_map(|v| v.value.clone().map(|value| (v.name.clone(), value)))
+                .collect();
+            let argv: Vec<String> =
+                exec.command.iter().flatten().map(|a| super::expand::expand(a, &statics)).collect();
             let Ok(mut child) = target.launch.exec(target.pid, &argv) else { return false };
             return child.wait().await.map(|s| s.success()).unwrap_or(false);
         }

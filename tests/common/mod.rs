@@ -1,0 +1,97 @@
+//! Helpers shared by the end-to-end tests: one environment per test binary,
+//! a namespace per test, and polling with a deadline and a clear message.
+#![allow(dead_code)] // each test binary uses a different subset
+
+use std::future::Future;
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{Namespace, Pod, ServiceAccount};
+use kube::api::PostParams;
+use kube::{Api, Client};
+use slotkeeper_env::{Environment, EnvironmentOptions, tools};
+
+/// The environment shared by every test of this binary, started on first use.
+/// Its state (and logs) stay in `target/e2e/<binary>` until the next run;
+/// its processes die with the test binary (parent-death signal).
+pub fn shared_env() -> &'static Environment {
+    static ENV: OnceLock<Environment> = OnceLock::new();
+    ENV.get_or_init(|| {
+        let dir = tools::repo_root().join("target/e2e").join(env!("CARGO_CRATE_NAME"));
+        // A thread of its own: the caller may already be inside a runtime.
+        std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+            let started = Instant::now();
+            let env = runtime
+                .block_on(Environment::start(EnvironmentOptions { dir: Some(dir), ..Default::default() }))
+                .unwrap_or_else(|e| panic!("the local environment did not start: {e}"));
+            eprintln!("environment ready in {:.1}s", started.elapsed().as_secs_f64());
+            env
+        })
+        .join()
+        .expect("environment start thread")
+    })
+}
+
+/// Creates a namespace for one test and waits for its `default` ServiceAccount.
+pub async fn namespace(client: &Client, name: &str) -> String {
+    let api: Api<Namespace> = Api::all(client.clone());
+    let ns: Namespace = serde_json::from_value(serde_json::json!({"metadata": {"name": name}})).unwrap();
+    api.create(&PostParams::default(), &ns).await.unwrap_or_else(|e| panic!("create namespace {name}: {e}"));
+    let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), name);
+    wait_until(&format!("ServiceAccount {name}/default"), Duration::from_secs(30), || async {
+        accounts.get_opt("default").await.ok().flatten()
+    })
+    .await;
+    name.to_owned()
+}
+
+/// Polls `check` every 200 ms until it yields a value; panics after `timeout`.
+pub async fn wait_until<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(value) = check().await {
+            return value;
+        }
+        assert!(Instant::now() < deadline, "timed out after {timeout:?} waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+pub fn pod_ready(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+pub fn pod_ip(pod: &Pod) -> String {
+    pod.status.as_ref().and_then(|s| s.pod_ip.clone()).expect("pod has an IP")
+}
+
+/// Waits for a Pod to be Ready and returns it.
+pub async fn ready_pod(api: &Api<Pod>, name: &str, timeout: Duration) -> Pod {
+    wait_until(&format!("pod {name} Ready"), timeout, || async {
+        api.get_opt(name).await.ok().flatten().filter(pod_ready)
+    })
+    .await
+}
+
+/// A connection to a Redis server on a Pod's address.
+pub async fn redis_at(ip: &str, port: u16) -> redis::aio::MultiplexedConnection {
+    let client = redis::Client::open(format!("redis://{ip}:{port}/")).expect("redis URL");
+    client.get_multiplexed_async_connection().await.unwrap_or_else(|e| panic!("connect to redis at {ip}:{port}: {e}"))
+}
+
+/// The `redis_version` field of INFO server.
+pub async fn redis_version(connection: &mut redis::aio::MultiplexedConnection) -> String {
+    let info: String = redis::cmd("INFO").arg("server").query_async(connection).await.expect("INFO server");
+    info.lines()
+        .find_map(|l| l.strip_prefix("redis_version:"))
+        .map(|v| v.trim().to_owned())
+        .expect("INFO has redis_version")
+}
