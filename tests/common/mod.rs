@@ -17,15 +17,26 @@ use slotkeeper_env::{Environment, EnvironmentOptions, tools};
 pub fn shared_env() -> &'static Environment {
     static ENV: OnceLock<Environment> = OnceLock::new();
     ENV.get_or_init(|| {
-        let dir = tools::repo_root().join("target/e2e").join(env!("CARGO_CRATE_NAME"));
+        let dir = tools::repo_root()
+            .join("target/e2e")
+            .join(env!("CARGO_CRATE_NAME"));
         // A thread of its own: the caller may already be inside a runtime.
         std::thread::spawn(move || {
-            let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("runtime");
             let started = Instant::now();
             let env = runtime
-                .block_on(Environment::start(EnvironmentOptions { dir: Some(dir), ..Default::default() }))
+                .block_on(Environment::start(EnvironmentOptions {
+                    dir: Some(dir),
+                    ..Default::default()
+                }))
                 .unwrap_or_else(|e| panic!("the local environment did not start: {e}"));
-            eprintln!("environment ready in {:.1}s", started.elapsed().as_secs_f64());
+            eprintln!(
+                "environment ready in {:.1}s",
+                started.elapsed().as_secs_f64()
+            );
             env
         })
         .join()
@@ -36,12 +47,17 @@ pub fn shared_env() -> &'static Environment {
 /// Creates a namespace for one test and waits for its `default` ServiceAccount.
 pub async fn namespace(client: &Client, name: &str) -> String {
     let api: Api<Namespace> = Api::all(client.clone());
-    let ns: Namespace = serde_json::from_value(serde_json::json!({"metadata": {"name": name}})).unwrap();
-    api.create(&PostParams::default(), &ns).await.unwrap_or_else(|e| panic!("create namespace {name}: {e}"));
+    let ns: Namespace =
+        serde_json::from_value(serde_json::json!({"metadata": {"name": name}})).unwrap();
+    api.create(&PostParams::default(), &ns)
+        .await
+        .unwrap_or_else(|e| panic!("create namespace {name}: {e}"));
     let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), name);
-    wait_until(&format!("ServiceAccount {name}/default"), Duration::from_secs(30), || async {
-        accounts.get_opt("default").await.ok().flatten()
-    })
+    wait_until(
+        &format!("ServiceAccount {name}/default"),
+        Duration::from_secs(30),
+        || async { accounts.get_opt("default").await.ok().flatten() },
+    )
     .await;
     name.to_owned()
 }
@@ -57,7 +73,10 @@ where
         if let Some(value) = check().await {
             return value;
         }
-        assert!(Instant::now() < deadline, "timed out after {timeout:?} waiting for {what}");
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {timeout:?} waiting for {what}"
+        );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
@@ -70,7 +89,10 @@ pub fn pod_ready(pod: &Pod) -> bool {
 }
 
 pub fn pod_ip(pod: &Pod) -> String {
-    pod.status.as_ref().and_then(|s| s.pod_ip.clone()).expect("pod has an IP")
+    pod.status
+        .as_ref()
+        .and_then(|s| s.pod_ip.clone())
+        .expect("pod has an IP")
 }
 
 /// Waits for a Pod to be Ready and returns it.
@@ -84,12 +106,19 @@ pub async fn ready_pod(api: &Api<Pod>, name: &str, timeout: Duration) -> Pod {
 /// A connection to a Redis server on a Pod's address.
 pub async fn redis_at(ip: &str, port: u16) -> redis::aio::MultiplexedConnection {
     let client = redis::Client::open(format!("redis://{ip}:{port}/")).expect("redis URL");
-    client.get_multiplexed_async_connection().await.unwrap_or_else(|e| panic!("connect to redis at {ip}:{port}: {e}"))
+    client
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap_or_else(|e| panic!("connect to redis at {ip}:{port}: {e}"))
 }
 
 /// The `redis_version` field of INFO server.
 pub async fn redis_version(connection: &mut redis::aio::MultiplexedConnection) -> String {
-    let info: String = redis::cmd("INFO").arg("server").query_async(connection).await.expect("INFO server");
+    let info: String = redis::cmd("INFO")
+        .arg("server")
+        .query_async(connection)
+        .await
+        .expect("INFO server");
     info.lines()
         .find_map(|l| l.strip_prefix("redis_version:"))
         .map(|v| v.trim().to_owned())

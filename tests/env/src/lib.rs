@@ -11,8 +11,8 @@
 #![forbid(unsafe_code)]
 
 pub mod agent;
-pub mod control_plane;
 mod control_client;
+pub mod control_plane;
 pub mod environment;
 pub mod pki;
 pub mod process;

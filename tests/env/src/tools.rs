@@ -5,9 +5,10 @@ use std::path::{Path, PathBuf};
 
 /// The repository's root directory (this crate lives in `tests/env`).
 pub fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().unwrap_or_else(|_| {
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-    })
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .canonicalize()
+        .unwrap_or_else(|_| Path::new(env!("CARGO_MANIFEST_DIR")).join("../.."))
 }
 
 /// A control-plane binary (`etcd`, `kube-apiserver`, ..., `kubectl`) built by
@@ -16,7 +17,10 @@ pub fn control_plane_binary(name: &str) -> Result<PathBuf, String> {
     let dir = std::env::var_os("SLOTKEEPER_K8S_BIN")
         .map(PathBuf::from)
         .unwrap_or_else(|| repo_root().join("target/k8s/bin"));
-    existing(dir.join(name), "run tests/setup.sh (it builds the control plane with tests/k8s/build.sh)")
+    existing(
+        dir.join(name),
+        "run tests/setup.sh (it builds the control plane with tests/k8s/build.sh)",
+    )
 }
 
 /// A binary of this workspace (the node agent, the operator), looked up beside
@@ -24,9 +28,13 @@ pub fn control_plane_binary(name: &str) -> Result<PathBuf, String> {
 pub fn workspace_binary(name: &str) -> Result<PathBuf, String> {
     let override_var = format!("SLOTKEEPER_BIN_{}", name.to_uppercase().replace('-', "_"));
     if let Some(path) = std::env::var_os(&override_var) {
-        return existing(PathBuf::from(path), &format!("{override_var} points at a missing file"));
+        return existing(
+            PathBuf::from(path),
+            &format!("{override_var} points at a missing file"),
+        );
     }
-    let exe = std::env::current_exe().map_err(|e| format!("cannot find the running executable: {e}"))?;
+    let exe =
+        std::env::current_exe().map_err(|e| format!("cannot find the running executable: {e}"))?;
     let mut dir = exe.parent();
     while let Some(d) = dir {
         let candidate = d.join(name);
@@ -45,5 +53,9 @@ pub fn workspace_binary(name: &str) -> Result<PathBuf, String> {
 }
 
 fn existing(path: PathBuf, hint: &str) -> Result<PathBuf, String> {
-    if path.is_file() { Ok(path) } else { Err(format!("{} does not exist: {hint}", path.display())) }
+    if path.is_file() {
+        Ok(path)
+    } else {
+        Err(format!("{} does not exist: {hint}", path.display()))
+    }
 }

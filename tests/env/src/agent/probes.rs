@@ -37,18 +37,23 @@ pub struct ProbeTarget {
 impl ProbeTracker {
     pub fn new(probe: &Probe, started: Instant) -> Self {
         let delay = Duration::from_secs(probe.initial_delay_seconds.unwrap_or(0).max(0) as u64);
-        Self { probe: probe.clone(), next_at: started + delay, successes: 0, failures: 0, verdict: None, in_flight: None }
+        Self {
+            probe: probe.clone(),
+            next_at: started + delay,
+            successes: 0,
+            failures: 0,
+            verdict: None,
+            in_flight: None,
+        }
     }
 
     /// Collects a finished probe and starts the next one when due. Returns true
     /// when the verdict changed.
     pub fn poll(&mut self, now: Instant, target: &ProbeTarget) -> bool {
         let before = self.verdict;
-        if let Some(handle) = self.in_flight.as_mut() {
-            if let Some(result) = handle.now_or_never() {
-                self.in_flight = None;
-                self.record(result.unwrap_or(false));
-            }
+        if let Some(result) = self.in_flight.as_mut().and_then(|handle| handle.now_or_never()) {
+            self.in_flight = None;
+            self.record(result.unwrap_or(false));
         }
         if self.in_flight.is_none() && now >= self.next_at {
             let period = Duration::from_secs(self.probe.period_seconds.unwrap_or(10).max(1) as u64);
@@ -96,25 +101,39 @@ pub async fn run_probe(probe: Probe, target: ProbeTarget) -> bool {
                 .flatten()
                 .filter_map(|v| v.value.clone().map(|value| (v.name.clone(), value)))
                 .collect();
-            let argv: Vec<String> =
-                exec.command.iter().flatten().map(|a| super::expand::expand(a, &statics)).collect();
-            let Ok(mut child) = target.launch.exec(target.pid, &argv) else { return false };
-            return child.wait().await.map(|s| s.success()).unwrap_or(false);
+            let argv: Vec<String> = exec
+                .command
+                .iter()
+                .flatten()
+                .map(|a| super::expand::expand(a, &statics))
+                .collect();
+            let Ok(mut child) = target.launch.exec(target.pid, &argv) else {
+                return false;
+            };
+            let status = child.wait().await;
+            tracing::debug!(?argv, ?status, "exec probe");
+            return status.map(|s| s.success()).unwrap_or(false);
         }
         if let Some(tcp) = &probe.tcp_socket {
             let host = tcp.host.clone().unwrap_or_else(|| target.pod_ip.clone());
-            let Some(port) = resolve_port(&tcp.port, &target.container) else { return false };
+            let Some(port) = resolve_port(&tcp.port, &target.container) else {
+                return false;
+            };
             return TcpStream::connect((host.as_str(), port)).await.is_ok();
         }
         if let Some(http) = &probe.http_get {
             let host = http.host.clone().unwrap_or_else(|| target.pod_ip.clone());
-            let Some(port) = resolve_port(&http.port, &target.container) else { return false };
+            let Some(port) = resolve_port(&http.port, &target.container) else {
+                return false;
+            };
             return http_get(&host, port, http.path.as_deref().unwrap_or("/")).await;
         }
         false
     };
     // Dropping the attempt on timeout kills an exec probe's process (kill_on_drop).
-    tokio::time::timeout(timeout, attempt).await.unwrap_or(false)
+    let result = tokio::time::timeout(timeout, attempt).await;
+    tracing::debug!(?result, "probe");
+    result.unwrap_or(false)
 }
 
 fn resolve_port(port: &IntOrString, container: &Container) -> Option<u16> {
@@ -130,13 +149,19 @@ fn resolve_port(port: &IntOrString, container: &Container) -> Option<u16> {
 }
 
 async fn http_get(host: &str, port: u16, path: &str) -> bool {
-    let Ok(mut stream) = TcpStream::connect((host, port)).await else { return false };
-    let request = format!("GET {path} HTTP/1.1\r\nHost: {host}:{port}\r\nUser-Agent: kube-probe/slotkeeper\r\nConnection: close\r\n\r\n");
+    let Ok(mut stream) = TcpStream::connect((host, port)).await else {
+        return false;
+    };
+    let request = format!(
+        "GET {path} HTTP/1.1\r\nHost: {host}:{port}\r\nUser-Agent: kube-probe/slotkeeper\r\nConnection: close\r\n\r\n"
+    );
     if stream.write_all(request.as_bytes()).await.is_err() {
         return false;
     }
     let mut head = [0u8; 64];
-    let Ok(n) = stream.read(&mut head).await else { return false };
+    let Ok(n) = stream.read(&mut head).await else {
+        return false;
+    };
     let line = String::from_utf8_lossy(&head[..n]);
     let code: Option<u16> = line.split_whitespace().nth(1).and_then(|c| c.parse().ok());
     code.is_some_and(|c| (200..400).contains(&c))
@@ -147,7 +172,11 @@ mod tests {
     use super::*;
 
     fn tracker(success: i32, failure: i32) -> ProbeTracker {
-        let probe = Probe { success_threshold: Some(success), failure_threshold: Some(failure), ..Default::default() };
+        let probe = Probe {
+            success_threshold: Some(success),
+            failure_threshold: Some(failure),
+            ..Default::default()
+        };
         ProbeTracker::new(&probe, Instant::now())
     }
 
@@ -183,7 +212,10 @@ mod tests {
             pid: 0,
         };
         let probe = |port| Probe {
-            tcp_socket: Some(k8s_openapi::api::core::v1::TCPSocketAction { port: IntOrString::Int(port), host: None }),
+            tcp_socket: Some(k8s_openapi::api::core::v1::TCPSocketAction {
+                port: IntOrString::Int(port),
+                host: None,
+            }),
             ..Default::default()
         };
         assert!(run_probe(probe(port), target.clone()).await);

@@ -40,7 +40,13 @@ pub async fn ensure_storage_class(client: &Client) -> kube::Result<()> {
         "volumeBindingMode": "Immediate",
         "allowVolumeExpansion": false,
     });
-    api.patch(STORAGE_CLASS, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(class)).await.map(|_| ())
+    api.patch(
+        STORAGE_CLASS,
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(class),
+    )
+    .await
+    .map(|_| ())
 }
 
 /// Provisions and reclaims volumes until the watches end.
@@ -69,8 +75,14 @@ async fn provision_loop(client: Client, root: PathBuf) {
     }
 }
 
-async fn provision(client: &Client, root: &Path, claim: &PersistentVolumeClaim) -> anyhow::Result<()> {
-    let Some(spec) = &claim.spec else { return Ok(()) };
+async fn provision(
+    client: &Client,
+    root: &Path,
+    claim: &PersistentVolumeClaim,
+) -> anyhow::Result<()> {
+    let Some(spec) = &claim.spec else {
+        return Ok(());
+    };
     let ours = spec.storage_class_name.as_deref() == Some(STORAGE_CLASS);
     let unbound = spec.volume_name.as_deref().unwrap_or_default().is_empty();
     if !ours || !unbound || claim.metadata.deletion_timestamp.is_some() {
@@ -131,9 +143,14 @@ async fn reclaim_loop(client: Client, root: PathBuf) {
                 continue;
             }
         };
-        let ours = volume.annotations().get(PROVISIONED_BY).map(String::as_str) == Some(PROVISIONER);
+        let ours =
+            volume.annotations().get(PROVISIONED_BY).map(String::as_str) == Some(PROVISIONER);
         let released = volume.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Released");
-        let delete = volume.spec.as_ref().and_then(|s| s.persistent_volume_reclaim_policy.as_deref()) == Some("Delete");
+        let delete = volume
+            .spec
+            .as_ref()
+            .and_then(|s| s.persistent_volume_reclaim_policy.as_deref())
+            == Some("Delete");
         if ours && released && delete {
             let name = volume.name_any();
             let _ = std::fs::remove_dir_all(root.join(&name));
