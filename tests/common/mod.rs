@@ -34,7 +34,8 @@ pub fn shared_env() -> &'static Environment {
                 }))
                 .unwrap_or_else(|e| panic!("the local environment did not start: {e}"));
             eprintln!(
-                "environment ready in {:.1}s",
+                "apiserver /readyz after {:.1}s; environment ready in {:.1}s",
+                env.control_plane().ready_after().as_secs_f64(),
                 started.elapsed().as_secs_f64()
             );
             env

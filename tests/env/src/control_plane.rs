@@ -79,6 +79,8 @@ pub struct ControlPlane {
     audit_log: PathBuf,
     server: String,
     pki: Pki,
+    /// From the call to `start` to the apiserver's `/readyz` passing.
+    ready_after: Duration,
 }
 
 fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> ControlPlaneError + '_ {
@@ -100,6 +102,7 @@ impl ControlPlane {
         dir: &Path,
         options: &ControlPlaneOptions,
     ) -> Result<Self, ControlPlaneError> {
+        let started = Instant::now();
         let bin = |name: &str| {
             tools::control_plane_binary(name).map_err(ControlPlaneError::MissingBinary)
         };
@@ -141,6 +144,7 @@ impl ControlPlane {
             audit_log: dir.join("audit.log"),
             server,
             pki,
+            ready_after: Duration::ZERO,
         };
 
         let etcd_data = dir.join("etcd");
@@ -195,6 +199,7 @@ impl ControlPlane {
             ]),
         )?;
         plane.wait_until_ready().await?;
+        plane.ready_after = started.elapsed();
 
         let grace = format!(
             "--node-monitor-grace-period={}s",
@@ -344,6 +349,11 @@ impl ControlPlane {
     /// The apiserver's audit log (JSON lines, `Metadata` level).
     pub fn audit_log(&self) -> &Path {
         &self.audit_log
+    }
+
+    /// Time from the call to `start` to `/readyz` passing.
+    pub fn ready_after(&self) -> Duration {
+        self.ready_after
     }
 
     pub fn server(&self) -> &str {

@@ -51,7 +51,11 @@ impl ProbeTracker {
     /// when the verdict changed.
     pub fn poll(&mut self, now: Instant, target: &ProbeTarget) -> bool {
         let before = self.verdict;
-        if let Some(result) = self.in_flight.as_mut().and_then(|handle| handle.now_or_never()) {
+        if let Some(result) = self
+            .in_flight
+            .as_mut()
+            .and_then(|handle| handle.now_or_never())
+        {
             self.in_flight = None;
             self.record(result.unwrap_or(false));
         }

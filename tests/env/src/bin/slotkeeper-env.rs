@@ -34,9 +34,10 @@ async fn main() -> anyhow::Result<()> {
     .await?;
     let kubectl = tools::control_plane_binary("kubectl").map_err(anyhow::Error::msg)?;
     println!(
-        "ready in {:.1}s: {} nodes",
-        started.elapsed().as_secs_f64(),
-        env.nodes().len()
+        "apiserver /readyz after {:.1}s; {} Nodes Ready after {:.1}s",
+        env.control_plane().ready_after().as_secs_f64(),
+        env.nodes().len(),
+        started.elapsed().as_secs_f64()
     );
     println!();
     println!("In another shell:");
