@@ -6,4 +6,4 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 bash tests/setup.sh
 cargo build --workspace --bins --locked
-exec "$root/target/debug/slotkeeper-env" "$@"
+exec "${CARGO_TARGET_DIR:-$root/target}/debug/slotkeeper-env" "$@"

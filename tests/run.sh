@@ -22,11 +22,12 @@ leaks=()
 for dir in /proc/[0-9]*; do
   pid=${dir#/proc/}
   [[ $pid == "$$" || $before == *" $pid "* ]] && continue
-  exe=$(readlink "$dir/exe" 2>/dev/null) || continue
+  # comm is the executed file's name, cut to 15 characters.
+  comm=$(cat "$dir/comm" 2>/dev/null) || continue
   marked=0
   tr '\0' '\n' < "$dir/environ" 2>/dev/null | grep -qx "SLOTKEEPER_TEST_RUN=$SLOTKEEPER_TEST_RUN" && marked=1
-  case "${exe##*/}" in
-    redis-server|etcd|kube-apiserver|kube-controller-manager|kube-scheduler|slotkeeper-*) ours=1 ;;
+  case "$comm" in
+    redis-server|etcd|kube-*|slotkeeper-*) ours=1 ;;
     *) ours=0 ;;
   esac
   if ((marked || ours)); then

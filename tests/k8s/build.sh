@@ -12,10 +12,20 @@ stamp_value=$(cat "$here/go.mod" "$here/go.sum" "$0" | sha256sum | cut -d' ' -f1
 stamp="$out/.stamp"
 components=(etcd kube-apiserver kube-controller-manager kube-scheduler kubectl)
 
-if [[ -f "$stamp" && "$(cat "$stamp")" == "$stamp_value" ]]; then
-  ok=1
-  for c in "${components[@]}"; do [[ -x "$out/$c" ]] || ok=0; done
-  if ((ok)); then exit 0; fi
+complete() { # dir: has every component
+  for c in "${components[@]}"; do [[ -x "$1/$c" ]] || return 1; done
+}
+if [[ -f "$stamp" && "$(cat "$stamp")" == "$stamp_value" ]] && complete "$out"; then
+  exit 0
+fi
+# Binaries built from the same inputs by another checkout (CI clones) are reused.
+cache="${XDG_CACHE_HOME:-$HOME/.cache}/slotkeeper/k8s-bin/$stamp_value"
+if complete "$cache"; then
+  mkdir -p "$out"
+  for c in "${components[@]}"; do cp "$cache/$c" "$out/$c"; done
+  echo "$stamp_value" > "$stamp"
+  echo "control plane taken from $cache" >&2
+  exit 0
 fi
 
 mkdir -p "$out"
@@ -38,4 +48,5 @@ for c in kube-apiserver kube-controller-manager kube-scheduler kubectl; do
   go build -trimpath -ldflags "$ldflags" -o "$out/$c" "k8s.io/kubernetes/cmd/$c"
 done
 echo "$stamp_value" > "$stamp"
+mkdir -p "$cache.tmp" && cp "${components[@]/#/$out/}" "$cache.tmp/" && rm -rf "$cache" && mv "$cache.tmp" "$cache"
 echo "control plane built in $(( $(date +%s) - start ))s" >&2
