@@ -1,23 +1,24 @@
 //! `slotkeeper`: the operator binary. It wires the operator, the console and
-//! the upgrade manager; their subcommands (`run`, `crd`, `upgrade`) arrive with
-//! the issues that build them.
+//! the upgrade manager behind subcommands.
 #![forbid(unsafe_code)]
 
-use clap::Parser;
+use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(
-    name = "slotkeeper",
-    version,
-    about = "Kubernetes operator for Redis Cluster"
-)]
-struct Cli {}
+#[command(name = "slotkeeper", version, about = "Kubernetes operator for Redis Cluster")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Print the CustomResourceDefinitions as YAML (what deploy/crds holds).
+    Crd,
+}
 
 fn main() {
-    let _cli = Cli::parse();
-    eprintln!(
-        "slotkeeper {}: no subcommand is implemented yet; see README.md",
-        env!("CARGO_PKG_VERSION")
-    );
-    std::process::exit(2);
+    match Cli::parse().command {
+        Command::Crd => print!("{}", slotkeeper_operator::api::crds_yaml()),
+    }
 }

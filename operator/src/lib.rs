@@ -1,3 +1,4 @@
-//! The `RedisCluster` controller. Empty until the operator-core issue lands:
-//! nothing here pretends to reconcile yet.
+//! The `RedisCluster` controller.
 #![forbid(unsafe_code)]
+
+pub mod api;

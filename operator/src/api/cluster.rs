@@ -1,0 +1,193 @@
+//! `RedisCluster` (`slotkeeper.io/v1alpha1`): what the user asks for, and what
+//! the operator reports. Validation lives in the schema as CEL rules, so the
+//! apiserver itself rejects bad input with a message naming the field.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{Affinity, ResourceRequirements, Toleration, TopologySpreadConstraint};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::{CustomResource, KubeSchema};
+use serde::{Deserialize, Serialize};
+
+/// A Redis Cluster: `masters` shards, each with `replicasPerMaster` replicas.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[kube(
+    group = "slotkeeper.io",
+    version = "v1alpha1",
+    kind = "RedisCluster",
+    plural = "redisclusters",
+    shortname = "rdc",
+    namespaced,
+    status = "RedisClusterStatus",
+    scale(spec_replicas_path = ".spec.masters", status_replicas_path = ".status.readyMasters"),
+    printcolumn = r#"{"name":"Phase","type":"string","jsonPath":".status.phase"}"#,
+    printcolumn = r#"{"name":"Masters","type":"integer","jsonPath":".spec.masters"}"#,
+    printcolumn = r#"{"name":"Replicas","type":"integer","description":"replicas per master","jsonPath":".spec.replicasPerMaster"}"#,
+    printcolumn = r#"{"name":"Version","type":"string","jsonPath":".status.currentVersion"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#,
+    validation = Rule::new("has(self.spec.storage) == has(oldSelf.spec.storage)").message("spec.storage cannot be added or removed after creation: a cluster is either ephemeral or persistent; create a new RedisCluster instead")
+)]
+#[serde(rename_all = "camelCase")]
+pub struct RedisClusterSpec {
+    /// Number of master shards; at least 3, so a majority survives the loss of one.
+    #[x_kube(validation = Rule::new("self >= 3").message("spec.masters must be at least 3: Redis Cluster needs a majority of masters to fail over"))]
+    pub masters: i32,
+
+    /// Replicas of each master, 0 to 5.
+    #[serde(default)]
+    #[x_kube(validation = Rule::new("self >= 0 && self <= 5").message("spec.replicasPerMaster must be between 0 and 5"))]
+    pub replicas_per_master: i32,
+
+    /// Redis version (semver), one of the operator's version catalog.
+    #[x_kube(validation = Rule::new("self.matches('^[0-9]+\\\\.[0-9]+\\\\.[0-9]+$')").message("spec.version must be a semantic version such as 7.0.15"))]
+    #[x_kube(validation = Rule::new("self in ['6.2.14', '7.0.15']").message("spec.version is not in the operator's version catalog (6.2.14, 7.0.15)"))]
+    #[schemars(length(max = 32))]
+    pub version: String,
+
+    /// Overrides the catalog's image for `version`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
+
+    /// Resources of each Redis container; `maxmemory` derives from the memory limit unless configured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<ResourceRequirements>,
+
+    /// Persistent storage per node; absent means ephemeral (emptyDir).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub storage: Option<StorageSpec>,
+
+    /// Where the password lives; a random one is generated when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auth: Option<AuthSpec>,
+
+    /// redis.conf overrides (allow-listed keys only).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(extend("maxProperties" = 64))]
+    #[x_kube(validation = Rule::new("self.all(k, !(k in ['port', 'bind', 'dir', 'cluster-enabled', 'cluster-config-file', 'cluster-announce-ip', 'cluster-announce-port', 'cluster-announce-bus-port', 'replica-announce-ip', 'requirepass', 'masterauth', 'masteruser', 'rename-command', 'include', 'daemonize', 'pidfile', 'logfile', 'unixsocket', 'protected-mode', 'aclfile', 'replicaof', 'slaveof', 'tls-port']))").message("spec.config sets a key the operator manages or that is unsafe (port, bind, dir, cluster-*, requirepass, masterauth, rename-command, include, ...); remove it"))]
+    pub config: BTreeMap<String, String>,
+
+    /// Stops every action on this cluster while true.
+    #[serde(default)]
+    pub paused: bool,
+
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scheduling: Option<SchedulingSpec>,
+}
+
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("has(self.storageClassName) == has(oldSelf.storageClassName) && (!has(self.storageClassName) || self.storageClassName == oldSelf.storageClassName)").message("spec.storage.storageClassName is immutable"))]
+#[x_kube(validation = Rule::new("quantity(self.size).compareTo(quantity(oldSelf.size)) >= 0").message("spec.storage.size cannot shrink"))]
+pub struct StorageSpec {
+    /// Volume size per node, a quantity such as 1Gi.
+    #[x_kube(validation = Rule::new("isQuantity(self)").message("spec.storage.size must be a quantity such as 1Gi"))]
+    #[schemars(length(max = 32))]
+    pub size: String,
+    /// StorageClass; the cluster default when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub storage_class_name: Option<String>,
+    /// Keep the PersistentVolumeClaims when the RedisCluster is deleted.
+    #[serde(default)]
+    pub keep_on_delete: bool,
+}
+
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct AuthSpec {
+    /// Secret in the cluster's namespace holding the password.
+    pub secret_name: String,
+    /// Key of the password in that Secret.
+    #[serde(default = "default_password_key")]
+    pub key: String,
+}
+
+fn default_password_key() -> String {
+    "password".into()
+}
+
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct SchedulingSpec {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub affinity: Option<Affinity>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tolerations: Vec<Toleration>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub topology_spread_constraints: Vec<TopologySpreadConstraint>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority_class_name: Option<String>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub node_selector: BTreeMap<String, String>,
+}
+
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Phase {
+    #[default]
+    Pending,
+    Creating,
+    Running,
+    Scaling,
+    Upgrading,
+    Recovering,
+    Failed,
+}
+
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct RedisClusterStatus {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<Phase>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+    #[serde(default)]
+    pub ready_masters: i32,
+    #[serde(default)]
+    pub ready_replicas: i32,
+    /// Slots served by some master, of 16384.
+    #[serde(default)]
+    pub slots_assigned: i32,
+    /// `cluster_state` as the nodes report it (`ok` or `fail`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster_state: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub current_version: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub nodes: Vec<NodeStatus>,
+    /// The step in progress, for anything that takes more than one reconcile.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step: Option<StepStatus>,
+}
+
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeStatus {
+    pub pod: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ip: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_id: Option<String>,
+    /// `master` or `replica`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub role: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub master_id: Option<String>,
+    /// Slot ranges such as `0-5460`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub slots: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replication_offset: Option<i64>,
+}
+
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct StepStatus {
+    /// What is being done, e.g. `AssignSlots`.
+    pub name: String,
+    /// Human-readable progress, e.g. `shard 2 of 3`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub progress: Option<String>,
+}

@@ -1,0 +1,23 @@
+//! Every label, annotation, condition type and reason in one place.
+
+pub const FIELD_MANAGER: &str = "slotkeeper";
+
+pub const LABEL_CLUSTER: &str = "slotkeeper.io/cluster";
+pub const LABEL_SHARD: &str = "slotkeeper.io/shard";
+pub const LABEL_MANAGED_BY: &str = "app.kubernetes.io/managed-by";
+pub const LABEL_NAME: &str = "app.kubernetes.io/name";
+/// Hash of the desired object, so unchanged objects are never re-applied.
+pub const ANNOTATION_SPEC_HASH: &str = "slotkeeper.io/spec-hash";
+
+pub const CONDITION_READY: &str = "Ready";
+pub const CONDITION_PROGRESSING: &str = "Progressing";
+pub const CONDITION_DEGRADED: &str = "Degraded";
+
+pub const REASON_CLUSTER_HEALTHY: &str = "ClusterHealthy";
+pub const REASON_BOOTSTRAPPING: &str = "Bootstrapping";
+pub const REASON_WAITING_FOR_PODS: &str = "WaitingForPods";
+pub const REASON_PAUSED: &str = "Paused";
+pub const REASON_INVALID_SPEC: &str = "InvalidSpec";
+pub const REASON_REDIS_UNREACHABLE: &str = "RedisUnreachable";
+pub const REASON_CONVERGED: &str = "Converged";
+pub const REASON_NONE: &str = "AsExpected";
