@@ -5,7 +5,11 @@
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(name = "slotkeeper", version, about = "Kubernetes operator for Redis Cluster")]
+#[command(
+    name = "slotkeeper",
+    version,
+    about = "Kubernetes operator for Redis Cluster"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
