@@ -17,7 +17,9 @@ cargo test --workspace --locked 2>&1 | tee "$log" || status=$?
 
 # A process the suite started and left: it carries this run's marker, or (as
 # redis-server rewrites its environment for its process title) it runs one of
-# the environment's executables and did not exist before the suite.
+# the environment's executables, did not exist before the suite, and is an
+# orphan (its starter is gone), which tells it from an environment someone
+# started by hand meanwhile.
 leaks=()
 for dir in /proc/[0-9]*; do
   pid=${dir#/proc/}
@@ -25,9 +27,11 @@ for dir in /proc/[0-9]*; do
   # comm is the executed file's name, cut to 15 characters.
   comm=$(cat "$dir/comm" 2>/dev/null) || continue
   marked=0
-  tr '\0' '\n' < "$dir/environ" 2>/dev/null | grep -qx "SLOTKEEPER_TEST_RUN=$SLOTKEEPER_TEST_RUN" && marked=1
+  tr '\0' '\n' 2>/dev/null < "$dir/environ" | grep -qx "SLOTKEEPER_TEST_RUN=$SLOTKEEPER_TEST_RUN" && marked=1
   case "$comm" in
-    redis-server|etcd|kube-*|slotkeeper-*) ours=1 ;;
+    redis-server|etcd|kube-*|slotkeeper-*)
+      ppid=$(awk '/^PPid:/ {print $2}' "$dir/status" 2>/dev/null)
+      [[ $ppid == 1 ]] && ours=1 || ours=0 ;;
     *) ours=0 ;;
   esac
   if ((marked || ours)); then
