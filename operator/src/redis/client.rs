@@ -1,0 +1,170 @@
+//! A short-lived connection to one Redis node, with a deadline on every call.
+//! The operator never shells out to redis-cli: everything is a native command.
+
+use std::time::Duration;
+
+use redis::aio::MultiplexedConnection;
+
+use super::topology::{ClusterNode, ParseError, SlotRange, parse_cluster_nodes};
+
+pub const REDIS_PORT: u16 = 6379;
+const CALL_TIMEOUT: Duration = Duration::from_secs(3);
+/// Slots per `CLUSTER ADDSLOTS` call on versions without ADDSLOTSRANGE; each
+/// call is atomic, so an interrupted assignment leaves whole batches done.
+const ADDSLOTS_BATCH: usize = 1024;
+
+#[derive(Debug, thiserror::Error)]
+pub enum RedisError {
+    #[error("redis at {addr}: {command} timed out after {CALL_TIMEOUT:?}")]
+    Timeout { addr: String, command: &'static str },
+    #[error("redis at {addr}: {command} failed: {source}")]
+    Command {
+        addr: String,
+        command: &'static str,
+        source: redis::RedisError,
+    },
+    #[error("redis at {addr}: {source}")]
+    Parse { addr: String, source: ParseError },
+}
+
+pub struct RedisNode {
+    addr: String,
+    connection: MultiplexedConnection,
+}
+
+/// Percent-encodes a password for the userinfo part of a redis:// URL.
+fn encode(password: &str) -> String {
+    password
+        .bytes()
+        .map(|b| {
+            if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+                (b as char).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect()
+}
+
+impl RedisNode {
+    pub async fn connect(ip: &str, password: &str) -> Result<Self, RedisError> {
+        let addr = format!("{ip}:{REDIS_PORT}");
+        let url = format!("redis://:{}@{addr}/", encode(password));
+        let command_err = |source| RedisError::Command {
+            addr: addr.clone(),
+            command: "AUTH",
+            source,
+        };
+        let client = redis::Client::open(url).map_err(command_err)?;
+        let connection =
+            tokio::time::timeout(CALL_TIMEOUT, client.get_multiplexed_async_connection())
+                .await
+                .map_err(|_| RedisError::Timeout {
+                    addr: addr.clone(),
+                    command: "connect",
+                })?
+                .map_err(command_err)?;
+        Ok(Self { addr, connection })
+    }
+
+    async fn call<T: redis::FromRedisValue>(
+        &mut self,
+        name: &'static str,
+        cmd: &redis::Cmd,
+    ) -> Result<T, RedisError> {
+        tokio::time::timeout(CALL_TIMEOUT, cmd.query_async(&mut self.connection))
+            .await
+            .map_err(|_| RedisError::Timeout {
+                addr: self.addr.clone(),
+                command: name,
+            })?
+            .map_err(|source| RedisError::Command {
+                addr: self.addr.clone(),
+                command: name,
+                source,
+            })
+    }
+
+    pub async fn cluster_nodes(&mut self) -> Result<Vec<ClusterNode>, RedisError> {
+        let text: String = self
+            .call("CLUSTER NODES", redis::cmd("CLUSTER").arg("NODES"))
+            .await?;
+        parse_cluster_nodes(&text).map_err(|source| RedisError::Parse {
+            addr: self.addr.clone(),
+            source,
+        })
+    }
+
+    /// A field of `CLUSTER INFO`, e.g. `cluster_state`.
+    pub async fn cluster_info(&mut self) -> Result<String, RedisError> {
+        self.call("CLUSTER INFO", redis::cmd("CLUSTER").arg("INFO"))
+            .await
+    }
+
+    pub async fn info(&mut self, section: &'static str) -> Result<String, RedisError> {
+        self.call("INFO", redis::cmd("INFO").arg(section)).await
+    }
+
+    pub async fn meet(&mut self, ip: &str) -> Result<(), RedisError> {
+        self.call(
+            "CLUSTER MEET",
+            redis::cmd("CLUSTER").arg("MEET").arg(ip).arg(REDIS_PORT),
+        )
+        .await
+    }
+
+    pub async fn add_slots(
+        &mut self,
+        ranges: &[SlotRange],
+        has_range_command: bool,
+    ) -> Result<(), RedisError> {
+        if has_range_command {
+            let mut cmd = redis::cmd("CLUSTER");
+            cmd.arg("ADDSLOTSRANGE");
+            for r in ranges {
+                cmd.arg(r.start).arg(r.end);
+            }
+            return self.call("CLUSTER ADDSLOTSRANGE", &cmd).await;
+        }
+        let slots: Vec<u16> = ranges.iter().flat_map(|r| r.start..=r.end).collect();
+        for batch in slots.chunks(ADDSLOTS_BATCH) {
+            let mut cmd = redis::cmd("CLUSTER");
+            cmd.arg("ADDSLOTS").arg(batch);
+            self.call::<()>("CLUSTER ADDSLOTS", &cmd).await?;
+        }
+        Ok(())
+    }
+
+    pub async fn replicate(&mut self, master_id: &str) -> Result<(), RedisError> {
+        self.call(
+            "CLUSTER REPLICATE",
+            redis::cmd("CLUSTER").arg("REPLICATE").arg(master_id),
+        )
+        .await
+    }
+}
+
+/// The value of `field` in an INFO-style `key:value` text.
+pub fn info_field<'a>(text: &'a str, field: &str) -> Option<&'a str> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+        .map(str::trim)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn passwords_are_url_safe() {
+        assert_eq!(encode("a b/c@d:%"), "a%20b%2Fc%40d%3A%25");
+        assert_eq!(encode("Abc-123_~."), "Abc-123_~.");
+    }
+
+    #[test]
+    fn info_fields_are_found_by_exact_name() {
+        let text = "# Server\r\nredis_version:7.0.15\r\nredis_version_extra:x\r\n";
+        assert_eq!(info_field(text, "redis_version"), Some("7.0.15"));
+        assert_eq!(info_field(text, "missing"), None);
+    }
+}
