@@ -1,7 +1,10 @@
 //! The `RedisCluster` controller: observe (Kubernetes and Redis) → plan (pure)
-//! → act (one idempotent step) → report (status, events, metrics).
+//! → act (one idempotent step) → report (status, events).
 #![forbid(unsafe_code)]
 
 pub mod api;
+pub mod controller;
+pub mod error;
 pub mod plan;
 pub mod redis;
+pub mod resources;

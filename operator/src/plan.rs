@@ -154,9 +154,12 @@ pub fn plan(observed: &Observed) -> Action {
     }
 
     let masters = shard_masters(observed, &reachable);
-    let owned: BTreeSet<u16> = seed_fact
-        .nodes
-        .iter()
+    // A slot counts as owned if any node says so, its owner first: gossip of a
+    // fresh assignment may not have reached the seed yet.
+    let owned: BTreeSet<u16> = observed
+        .redis
+        .values()
+        .flat_map(|f| f.nodes.iter())
         .flat_map(|n| expand(&n.slots))
         .collect();
     for (shard, master) in masters.iter().enumerate() {

@@ -1,0 +1,229 @@
+//! The RedisCluster controller: one [`Context`], a reconcile that runs the
+//! pipeline (observe → plan → act → report) and an error policy by class.
+
+mod act;
+mod apply;
+mod observe;
+pub mod report;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt as _;
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::controller::{Action as Requeue, Controller};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::watcher;
+use kube::{Client, Resource as _, ResourceExt as _};
+use serde_json::json;
+use tracing::Instrument as _;
+
+use crate::api::names::FIELD_MANAGER;
+use crate::api::{RedisCluster, RedisClusterStatus};
+use crate::error::{Error, Result};
+use crate::plan::{self, Action, Observed};
+use crate::resources;
+
+/// While work remains, look again soon; once converged, a slow resync still
+/// notices changes inside Redis that no Kubernetes watch reports.
+const REQUEUE_WORKING: Duration = Duration::from_secs(1);
+const REQUEUE_CONVERGED: Duration = Duration::from_secs(30);
+
+/// Shared by every reconcile.
+pub struct Context {
+    pub client: Client,
+    pub recorder: Recorder,
+}
+
+impl Context {
+    pub fn new(client: Client, instance: String) -> Self {
+        let reporter = Reporter {
+            controller: FIELD_MANAGER.into(),
+            instance: Some(instance),
+        };
+        Self {
+            recorder: Recorder::new(client.clone(), reporter),
+            client,
+        }
+    }
+
+    async fn event(&self, cluster: &RedisCluster, type_: EventType, reason: &str, note: String) {
+        let event = Event {
+            type_,
+            reason: reason.into(),
+            note: Some(note),
+            action: reason.into(),
+            secondary: None,
+        };
+        if let Err(error) = self
+            .recorder
+            .publish(&event, &cluster.object_ref(&()))
+            .await
+        {
+            tracing::warn!(%error, "cannot publish event");
+        }
+    }
+}
+
+/// Runs the controller until the stream ends (the process is stopping).
+pub async fn run(ctx: Arc<Context>, namespace: Option<&str>) {
+    let (clusters, sets): (Api<RedisCluster>, Api<StatefulSet>) = match namespace {
+        Some(ns) => (
+            Api::namespaced(ctx.client.clone(), ns),
+            Api::namespaced(ctx.client.clone(), ns),
+        ),
+        None => (Api::all(ctx.client.clone()), Api::all(ctx.client.clone())),
+    };
+    Controller::new(clusters, watcher::Config::default())
+        .owns(
+            sets,
+            watcher::Config::default().labels(crate::api::names::LABEL_CLUSTER),
+        )
+        .shutdown_on_signal()
+        .run(reconcile, error_policy, ctx)
+        .for_each(|result| async move {
+            if let Err(error) = result {
+                tracing::debug!(%error, "reconcile failed");
+            }
+        })
+        .await;
+}
+
+fn error_policy(cluster: Arc<RedisCluster>, error: &Error, _ctx: Arc<Context>) -> Requeue {
+    tracing::warn!(cluster = %cluster.name_any(), namespace = cluster.namespace().unwrap_or_default(), class = error.class(), %error, "reconcile failed");
+    Requeue::requeue(error.retry_after())
+}
+
+async fn reconcile(cluster: Arc<RedisCluster>, ctx: Arc<Context>) -> Result<Requeue> {
+    let name = cluster.name_any();
+    let namespace = cluster.namespace().unwrap_or_default();
+    let span = tracing::info_span!("reconcile", cluster = %name, namespace = %namespace);
+    reconcile_in_span(cluster, ctx, namespace)
+        .instrument(span)
+        .await
+}
+
+async fn reconcile_in_span(
+    cluster: Arc<RedisCluster>,
+    ctx: Arc<Context>,
+    namespace: String,
+) -> Result<Requeue> {
+    if cluster.metadata.deletion_timestamp.is_some() {
+        return Ok(Requeue::await_change()); // owner references clean up
+    }
+    if cluster.spec.paused {
+        write_status(
+            &ctx,
+            &cluster,
+            report::paused_status(&cluster, Timestamp::now()),
+        )
+        .await?;
+        return Ok(Requeue::requeue(REQUEUE_CONVERGED));
+    }
+    match reconcile_steps(&cluster, &ctx, &namespace).await {
+        Err(Error::InvalidSpec(message)) => {
+            ctx.event(
+                &cluster,
+                EventType::Warning,
+                crate::api::names::REASON_INVALID_SPEC,
+                message.clone(),
+            )
+            .await;
+            Err(Error::InvalidSpec(message))
+        }
+        other => other,
+    }
+}
+
+async fn reconcile_steps(
+    cluster: &RedisCluster,
+    ctx: &Context,
+    namespace: &str,
+) -> Result<Requeue> {
+    let name = cluster.name_any();
+    // Kubernetes objects first: the Pods must exist before Redis can be asked.
+    let password = apply::password(ctx, cluster, namespace).await?;
+    let mut applied = Vec::new();
+    let objects = std::iter::once(resources::auth_secret(cluster, &password))
+        .chain(resources::desired_objects(cluster));
+    for object in objects {
+        let label = format!(
+            "{} {}",
+            object["kind"].as_str().unwrap_or_default(),
+            object["metadata"]["name"].as_str().unwrap_or_default()
+        );
+        if apply::apply_if_changed(ctx, namespace, object).await? {
+            applied.push(label);
+        }
+    }
+    if !applied.is_empty() {
+        ctx.event(
+            cluster,
+            EventType::Normal,
+            "Applied",
+            format!("applied {}", applied.join(", ")),
+        )
+        .await;
+    }
+
+    let pods = observe::pods(ctx, namespace, &name).await?;
+    let redis = observe::redis(&pods, &password).await;
+    let observed = Observed {
+        shards: cluster.spec.masters.max(0) as usize,
+        replicas_per_master: cluster.spec.replicas_per_master.max(0) as usize,
+        pods,
+        redis,
+    };
+    let action = plan::plan(&observed);
+    tracing::debug!(?action, "planned");
+    let acted = act::act(&action, &observed.pods, &password, &cluster.spec.version).await;
+    let status = report::build_status(cluster, &observed, &action, Timestamp::now());
+    let converged = action == Action::Converged;
+    if converged && cluster.status.as_ref().and_then(|s| s.phase) != status.phase {
+        ctx.event(
+            cluster,
+            EventType::Normal,
+            "ClusterReady",
+            format!("{} masters serve all 16384 slots", status.ready_masters),
+        )
+        .await;
+    }
+    write_status(ctx, cluster, status).await?;
+    match acted? {
+        Some((reason, note)) => {
+            tracing::info!(%reason, %note, "acted");
+            ctx.event(cluster, EventType::Normal, &reason, note).await;
+        }
+        None if !converged => tracing::debug!("waiting"),
+        None => {}
+    }
+    Ok(Requeue::requeue(if converged {
+        REQUEUE_CONVERGED
+    } else {
+        REQUEUE_WORKING
+    }))
+}
+
+async fn write_status(
+    ctx: &Context,
+    cluster: &RedisCluster,
+    status: RedisClusterStatus,
+) -> Result<()> {
+    if cluster.status.as_ref() == Some(&status) {
+        return Ok(());
+    }
+    let api: Api<RedisCluster> =
+        Api::namespaced(ctx.client.clone(), &cluster.namespace().unwrap_or_default());
+    let patch =
+        json!({ "apiVersion": "slotkeeper.io/v1alpha1", "kind": "RedisCluster", "status": status });
+    api.patch_status(
+        &cluster.name_any(),
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(patch),
+    )
+    .await
+    .map_err(Error::kube("write status"))?;
+    Ok(())
+}

@@ -1,0 +1,388 @@
+//! The Kubernetes objects a RedisCluster owns, built as data from the spec
+//! (no client here). Each object carries the cluster's labels, an owner
+//! reference, and a hash of itself so the applier writes only what changed.
+//!
+//! Pods are owned by one StatefulSet per shard (`<cluster>-shard-<i>`, the
+//! master and its replicas): a shard is the unit that scale-in drains and
+//! removes whole, replica counts change per shard without touching others,
+//! and preferred anti-affinity inside a shard keeps a master and its
+//! replicas on different Nodes. Roles are not tied to ordinals: after a
+//! failover any Pod of the shard may be its master.
+
+use std::collections::BTreeMap;
+
+use kube::Resource as _;
+use kube::api::ObjectMeta;
+use serde_json::{Value, json};
+
+use crate::api::RedisCluster;
+use crate::api::catalog;
+use crate::api::names::*;
+use crate::redis::client::REDIS_PORT;
+
+pub const BUS_PORT: u16 = 16379;
+pub const DATA_DIR: &str = "/data";
+const CONFIG_DIR: &str = "/etc/redis";
+const AUTH_DIR: &str = "/etc/redis-auth";
+/// Milliseconds a node may be unreachable before its peers fail it over.
+pub const CLUSTER_NODE_TIMEOUT_MS: u32 = 5000;
+
+/// Names of everything derived from one cluster.
+pub struct Names<'a>(pub &'a str);
+
+impl Names<'_> {
+    pub fn generated_password_secret(&self) -> String {
+        format!("{}-password", self.0)
+    }
+    pub fn auth_config_secret(&self) -> String {
+        format!("{}-auth-conf", self.0)
+    }
+    pub fn config_map(&self) -> String {
+        format!("{}-config", self.0)
+    }
+    pub fn headless_service(&self) -> String {
+        format!("{}-nodes", self.0)
+    }
+    pub fn client_service(&self) -> String {
+        self.0.to_owned()
+    }
+    pub fn shard(&self, shard: usize) -> String {
+        format!("{}-shard-{shard}", self.0)
+    }
+    pub fn pod(&self, shard: usize, ordinal: usize) -> String {
+        format!("{}-shard-{shard}-{ordinal}", self.0)
+    }
+}
+
+pub fn labels(cluster: &RedisCluster) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        (
+            LABEL_CLUSTER.into(),
+            cluster.metadata.name.clone().unwrap_or_default(),
+        ),
+        (LABEL_MANAGED_BY.into(), "slotkeeper".into()),
+        (LABEL_NAME.into(), "redis".into()),
+    ])
+}
+
+/// Metadata every owned object shares: name, namespace, labels, owner.
+pub fn meta(cluster: &RedisCluster, name: String, extra_labels: &[(&str, String)]) -> ObjectMeta {
+    let mut labels = labels(cluster);
+    labels.extend(
+        extra_labels
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), v.clone())),
+    );
+    ObjectMeta {
+        name: Some(name),
+        namespace: cluster.metadata.namespace.clone(),
+        labels: Some(labels),
+        owner_references: cluster.controller_owner_ref(&()).map(|o| vec![o]),
+        ..Default::default()
+    }
+}
+
+pub fn image(cluster: &RedisCluster) -> String {
+    cluster.spec.image.clone().unwrap_or_else(|| {
+        catalog::lookup(&cluster.spec.version)
+            .map(|e| e.image.to_owned())
+            .unwrap_or_else(|| format!("redis:{}", cluster.spec.version))
+    })
+}
+
+/// The Secret and key holding the password.
+pub fn password_source(cluster: &RedisCluster) -> (String, String) {
+    match &cluster.spec.auth {
+        Some(auth) => (auth.secret_name.clone(), auth.key.clone()),
+        None => (
+            Names(&cluster.name()).generated_password_secret(),
+            "password".into(),
+        ),
+    }
+}
+
+trait ClusterName {
+    fn name(&self) -> String;
+}
+
+impl ClusterName for RedisCluster {
+    fn name(&self) -> String {
+        self.metadata.name.clone().unwrap_or_default()
+    }
+}
+
+/// `maxmemory` for a memory limit: 75% of it, leaving room for replication
+/// buffers, fork copy-on-write and fragmentation.
+fn maxmemory_for_limit(cluster: &RedisCluster) -> Option<u64> {
+    let limit = cluster
+        .spec
+        .resources
+        .as_ref()?
+        .limits
+        .as_ref()?
+        .get("memory")?;
+    parse_bytes(&limit.0).map(|bytes| bytes / 4 * 3)
+}
+
+fn parse_bytes(quantity: &str) -> Option<u64> {
+    let suffixes: [(&str, u64); 8] = [
+        ("Ki", 1 << 10),
+        ("Mi", 1 << 20),
+        ("Gi", 1 << 30),
+        ("Ti", 1 << 40),
+        ("k", 1_000),
+        ("M", 1_000_000),
+        ("G", 1_000_000_000),
+        ("T", 1_000_000_000_000),
+    ];
+    for (suffix, factor) in suffixes {
+        if let Some(number) = quantity.strip_suffix(suffix) {
+            return number.parse::<u64>().ok().map(|n| n * factor);
+        }
+    }
+    quantity.parse().ok()
+}
+
+/// redis.conf: what the operator needs, then the user's allowed overrides.
+pub fn redis_conf(cluster: &RedisCluster) -> String {
+    let mut conf = format!(
+        "# Managed by slotkeeper for RedisCluster {name}\n\
+         port {REDIS_PORT}\n\
+         cluster-enabled yes\n\
+         cluster-config-file {DATA_DIR}/nodes.conf\n\
+         cluster-node-timeout {CLUSTER_NODE_TIMEOUT_MS}\n\
+         dir {DATA_DIR}\n\
+         appendonly yes\n\
+         protected-mode no\n\
+         include {AUTH_DIR}/auth.conf\n",
+        name = cluster.name()
+    );
+    if !cluster.spec.config.contains_key("maxmemory")
+        && let Some(bytes) = maxmemory_for_limit(cluster)
+    {
+        conf += &format!("maxmemory {bytes}\n");
+    }
+    for (key, value) in &cluster.spec.config {
+        conf += &format!("{key} {value}\n");
+    }
+    conf
+}
+
+/// auth.conf, kept in a Secret: the password for clients and for replication.
+pub fn auth_conf(password: &str) -> String {
+    let quoted = format!(
+        "\"{}\"",
+        password.replace('\\', "\\\\").replace('"', "\\\"")
+    );
+    format!("requirepass {quoted}\nmasterauth {quoted}\n")
+}
+
+pub fn config_map(cluster: &RedisCluster) -> Value {
+    let names = Names(&cluster.metadata.name.clone().unwrap_or_default()).config_map();
+    json!({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": meta(cluster, names, &[]),
+        "data": { "redis.conf": redis_conf(cluster) },
+    })
+}
+
+pub fn auth_secret(cluster: &RedisCluster, password: &str) -> Value {
+    let name = Names(&cluster.name()).auth_config_secret();
+    json!({
+        "apiVersion": "v1", "kind": "Secret",
+        "metadata": meta(cluster, name, &[]),
+        "type": "Opaque",
+        "stringData": { "auth.conf": auth_conf(password) },
+    })
+}
+
+pub fn generated_password_secret(cluster: &RedisCluster, password: &str) -> Value {
+    let name = Names(&cluster.name()).generated_password_secret();
+    json!({
+        "apiVersion": "v1", "kind": "Secret",
+        "metadata": meta(cluster, name, &[]),
+        "type": "Opaque",
+        "stringData": { "password": password },
+    })
+}
+
+pub fn services(cluster: &RedisCluster) -> Vec<Value> {
+    let names = Names(&cluster.metadata.name.clone().unwrap_or_default());
+    let selector = json!({ LABEL_CLUSTER: cluster.name() });
+    vec![
+        json!({
+            "apiVersion": "v1", "kind": "Service",
+            "metadata": meta(cluster, names.headless_service(), &[]),
+            "spec": {
+                "clusterIP": "None",
+                "publishNotReadyAddresses": true,
+                "selector": selector,
+                "ports": [
+                    { "name": "redis", "port": REDIS_PORT, "targetPort": REDIS_PORT },
+                    { "name": "bus", "port": BUS_PORT, "targetPort": BUS_PORT },
+                ],
+            },
+        }),
+        json!({
+            "apiVersion": "v1", "kind": "Service",
+            "metadata": meta(cluster, names.client_service(), &[]),
+            "spec": { "selector": selector, "ports": [{ "name": "redis", "port": REDIS_PORT, "targetPort": REDIS_PORT }] },
+        }),
+    ]
+}
+
+pub fn stateful_set(cluster: &RedisCluster, shard: usize) -> Value {
+    let names = Names(&cluster.metadata.name.clone().unwrap_or_default());
+    let shard_labels = [(LABEL_SHARD, shard.to_string())];
+    let mut pod_labels = labels(cluster);
+    pod_labels.insert(LABEL_SHARD.into(), shard.to_string());
+    let selector = json!({ LABEL_CLUSTER: cluster.name(), LABEL_SHARD: shard.to_string() });
+    let scheduling = cluster.spec.scheduling.clone().unwrap_or_default();
+    let affinity = scheduling.affinity.map(|a| serde_json::to_value(a).expect("serializable")).unwrap_or_else(|| {
+        json!({ "podAntiAffinity": { "preferredDuringSchedulingIgnoredDuringExecution": [{
+            "weight": 100,
+            "podAffinityTerm": { "topologyKey": "kubernetes.io/hostname", "labelSelector": { "matchLabels": selector } },
+        }]}})
+    });
+    let mut volumes = vec![
+        json!({ "name": "config", "configMap": { "name": names.config_map() } }),
+        json!({ "name": "auth", "secret": { "secretName": names.auth_config_secret() } }),
+    ];
+    if cluster.spec.storage.is_none() {
+        volumes.push(json!({ "name": "data", "emptyDir": {} }));
+    }
+    let container = json!({
+        "name": "redis",
+        "image": image(cluster),
+        "command": ["redis-server", format!("{CONFIG_DIR}/redis.conf"),
+                    "--bind", "$(POD_IP)", "--cluster-announce-ip", "$(POD_IP)", "--replica-announce-ip", "$(POD_IP)"],
+        "env": [{ "name": "POD_IP", "valueFrom": { "fieldRef": { "fieldPath": "status.podIP" } } }],
+        "ports": [{ "name": "redis", "containerPort": REDIS_PORT }, { "name": "bus", "containerPort": BUS_PORT }],
+        "readinessProbe": { "tcpSocket": { "port": "redis" }, "periodSeconds": 2 },
+        "livenessProbe": { "tcpSocket": { "port": "redis" }, "periodSeconds": 5, "failureThreshold": 6 },
+        "resources": cluster.spec.resources.clone().map(|r| serde_json::to_value(r).expect("serializable")).unwrap_or(json!({})),
+        "volumeMounts": [
+            { "name": "config", "mountPath": CONFIG_DIR, "readOnly": true },
+            { "name": "auth", "mountPath": AUTH_DIR, "readOnly": true },
+            { "name": "data", "mountPath": DATA_DIR },
+        ],
+    });
+    let mut pod_spec = json!({
+        "containers": [container],
+        "volumes": volumes,
+        "affinity": affinity,
+        "terminationGracePeriodSeconds": 30,
+        "automountServiceAccountToken": false,
+    });
+    if !scheduling.tolerations.is_empty() {
+        pod_spec["tolerations"] =
+            serde_json::to_value(&scheduling.tolerations).expect("serializable");
+    }
+    if !scheduling.topology_spread_constraints.is_empty() {
+        pod_spec["topologySpreadConstraints"] =
+            serde_json::to_value(&scheduling.topology_spread_constraints).expect("serializable");
+    }
+    if let Some(class) = &scheduling.priority_class_name {
+        pod_spec["priorityClassName"] = json!(class);
+    }
+    if !scheduling.node_selector.is_empty() {
+        pod_spec["nodeSelector"] = json!(scheduling.node_selector);
+    }
+    let mut spec = json!({
+        "serviceName": names.headless_service(),
+        "replicas": 1 + cluster.spec.replicas_per_master,
+        "podManagementPolicy": "Parallel",
+        "selector": { "matchLabels": selector },
+        "template": { "metadata": { "labels": pod_labels }, "spec": pod_spec },
+    });
+    if let Some(storage) = &cluster.spec.storage {
+        let mut claim_spec = json!({ "accessModes": ["ReadWriteOnce"], "resources": { "requests": { "storage": storage.size } } });
+        if let Some(class) = &storage.storage_class_name {
+            claim_spec["storageClassName"] = json!(class);
+        }
+        spec["volumeClaimTemplates"] = json!([{ "metadata": { "name": "data", "labels": labels(cluster) }, "spec": claim_spec }]);
+        let when_deleted = if storage.keep_on_delete {
+            "Retain"
+        } else {
+            "Delete"
+        };
+        spec["persistentVolumeClaimRetentionPolicy"] =
+            json!({ "whenDeleted": when_deleted, "whenScaled": "Retain" });
+    }
+    json!({
+        "apiVersion": "apps/v1", "kind": "StatefulSet",
+        "metadata": meta(cluster, names.shard(shard), &shard_labels),
+        "spec": spec,
+    })
+}
+
+/// One budget for the whole cluster. With replicas, one Pod at a time may go
+/// (its shard fails over); without, any voluntary disruption would take slots
+/// offline, so none is allowed.
+pub fn disruption_budget(cluster: &RedisCluster) -> Value {
+    let max_unavailable = if cluster.spec.replicas_per_master > 0 {
+        1
+    } else {
+        0
+    };
+    json!({
+        "apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+        "metadata": meta(cluster, cluster.name(), &[]),
+        "spec": { "maxUnavailable": max_unavailable, "selector": { "matchLabels": { LABEL_CLUSTER: cluster.name() } } },
+    })
+}
+
+/// Clients from the namespace and the operator may reach the client port; the
+/// cluster bus is open only between this cluster's own Pods.
+pub fn network_policy(cluster: &RedisCluster) -> Value {
+    let own = json!({ "podSelector": { "matchLabels": { LABEL_CLUSTER: cluster.name() } } });
+    json!({
+        "apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+        "metadata": meta(cluster, cluster.name(), &[]),
+        "spec": {
+            "podSelector": { "matchLabels": { LABEL_CLUSTER: cluster.name() } },
+            "policyTypes": ["Ingress"],
+            "ingress": [
+                { "ports": [{ "port": REDIS_PORT }], "from": [
+                    { "podSelector": {} },
+                    { "namespaceSelector": { "matchLabels": { "slotkeeper.io/operator": "true" } } },
+                ]},
+                { "ports": [{ "port": BUS_PORT }], "from": [own] },
+            ],
+        },
+    })
+}
+
+/// Every object but the Secrets, in apply order.
+pub fn desired_objects(cluster: &RedisCluster) -> Vec<Value> {
+    let mut objects = vec![config_map(cluster)];
+    objects.extend(services(cluster));
+    objects.extend(
+        (0..cluster.spec.masters.max(0) as usize).map(|shard| stateful_set(cluster, shard)),
+    );
+    objects.push(disruption_budget(cluster));
+    objects.push(network_policy(cluster));
+    objects
+}
+
+/// A stable hash of an object's desired content (FNV-1a over its JSON).
+pub fn content_hash(object: &Value) -> String {
+    let text = serde_json::to_string(object).expect("serializable");
+    let mut hash: u64 = 0xcbf29ce484222325;
+    for byte in text.bytes() {
+        hash ^= u64::from(byte);
+        hash = hash.wrapping_mul(0x100000001b3);
+    }
+    format!("{hash:016x}")
+}
+
+/// The object with its content hash in an annotation.
+pub fn with_hash(mut object: Value) -> (Value, String) {
+    let hash = content_hash(&object);
+    object["metadata"]["annotations"][ANNOTATION_SPEC_HASH] = json!(hash);
+    (object, hash)
+}
+
+#[cfg(test)]
+#[path = "resources_tests.rs"]
+mod tests;
