@@ -14,7 +14,7 @@ fn cluster(ns: &str, name: &str, spec: &str) -> String {
 #[tokio::test]
 async fn bad_input_is_rejected_with_a_message_naming_the_field() {
     let env = shared_env();
-    install_crds(env).await;
+    install_crds(env);
     let client = env.client().await.unwrap();
     let ns = namespace(&client, "crd-validation").await;
     let cases = [

@@ -157,7 +157,7 @@ pub fn kubectl(env: &Environment, args: &[&str], stdin: Option<&str>) -> (bool, 
 }
 
 /// Installs the generated CRDs from deploy/crds and waits until they are served.
-pub async fn install_crds(env: &Environment) {
+pub fn install_crds(env: &Environment) {
     let path = tools::repo_root().join("deploy/crds");
     let (ok, out) = kubectl(
         env,
