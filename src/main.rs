@@ -6,14 +6,15 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use clap::{Parser, Subcommand, ValueEnum};
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use slotkeeper_operator::controller::{self, Context};
+use slotkeeper_operator::leader::LeaderElector;
+use slotkeeper_operator::metrics::{CountRequestsLayer, Metrics};
+use slotkeeper_operator::server::{self, ServerState};
 
 #[derive(Parser)]
-#[command(
-    name = "slotkeeper",
-    version,
-    about = "Kubernetes operator for Redis Cluster"
-)]
+#[command(name = "slotkeeper", version, about = "Kubernetes operator for Redis Cluster")]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -40,6 +41,15 @@ struct RunArgs {
     /// This replica's identity (events, leader election); the Pod name in a cluster.
     #[arg(long, env = "POD_NAME", default_value = "slotkeeper-local")]
     instance: String,
+    /// Where /healthz, /readyz and /metrics are served.
+    #[arg(long, default_value = "0.0.0.0:8080", env = "SLOTKEEPER_METRICS_ADDR")]
+    metrics_addr: std::net::SocketAddr,
+    /// Act only while holding the leader Lease (run two replicas safely).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    leader_elect: bool,
+    /// Namespace of the leader Lease; the operator's own.
+    #[arg(long, env = "POD_NAMESPACE", default_value = "slotkeeper-system")]
+    leader_election_namespace: String,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -59,8 +69,7 @@ fn main() -> anyhow::Result<()> {
 }
 
 async fn run(args: RunArgs) -> anyhow::Result<()> {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| "info,kube=warn".into());
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info,kube=warn".into());
     let builder = tracing_subscriber::fmt().with_env_filter(filter);
     match args.log_format {
         LogFormat::Json => builder.json().init(),
@@ -73,13 +82,38 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         }
         None => kube::Config::infer().await?,
     };
-    let client = kube::Client::try_from(config)?;
-    let ctx = Arc::new(Context::new(client, args.instance));
-    tracing::info!(
-        namespace = args.namespace.as_deref().unwrap_or("<all>"),
-        "slotkeeper operator starting"
-    );
-    controller::run(ctx, args.namespace.as_deref()).await;
-    tracing::info!("slotkeeper operator stopped");
-    Ok(())
+    let metrics = Arc::new(Metrics::default());
+    let client =
+        kube::client::ClientBuilder::try_from(config)?.with_layer(&CountRequestsLayer(metrics.clone())).build();
+    let ready = Arc::new(AtomicBool::new(false));
+    let state = ServerState { metrics: metrics.clone(), ready: ready.clone() };
+    let server = tokio::spawn(server::serve(args.metrics_addr, state));
+    tracing::info!(namespace = args.namespace.as_deref().unwrap_or("<all>"), instance = %args.instance, "slotkeeper operator starting");
+    let ctx = Arc::new(Context::new(client.clone(), args.instance.clone(), metrics));
+    let namespace = args.namespace.as_deref();
+    if !args.leader_elect {
+        ready.store(true, Ordering::Relaxed);
+        controller::run(ctx, namespace).await;
+        tracing::info!("slotkeeper operator stopped");
+        return Ok(());
+    }
+    let elector = LeaderElector::new(client, &args.leader_election_namespace, args.instance);
+    // A standby is healthy and ready: it is waiting to take over.
+    ready.store(true, Ordering::Relaxed);
+    tokio::select! {
+        _ = elector.acquire() => {}
+        _ = tokio::signal::ctrl_c() => return Ok(()),
+        result = server => anyhow::bail!("metrics server stopped: {result:?}"),
+    }
+    tokio::select! {
+        _ = controller::run(ctx, namespace) => {
+            tracing::info!("slotkeeper operator stopped");
+            Ok(())
+        }
+        _ = elector.hold() => {
+            // Another replica may act now; stop at once rather than race it.
+            tracing::error!("lost the leader Lease; exiting");
+            std::process::exit(1);
+        }
+    }
 }

@@ -18,52 +18,23 @@ async fn bad_input_is_rejected_with_a_message_naming_the_field() {
     let client = env.client().await.unwrap();
     let ns = namespace(&client, "crd-validation").await;
     let cases = [
-        (
-            "  masters: 2\n  version: 7.0.15\n",
-            "spec.masters must be at least 3",
-        ),
-        (
-            "  masters: 3\n  replicasPerMaster: 6\n  version: 7.0.15\n",
-            "spec.replicasPerMaster must be between 0 and 5",
-        ),
-        (
-            "  masters: 3\n  version: seven\n",
-            "spec.version must be a semantic version",
-        ),
-        (
-            "  masters: 3\n  version: 7.2.4\n",
-            "spec.version is not in the operator's version catalog (6.2.14, 7.0.15)",
-        ),
-        (
-            "  masters: 3\n  version: 7.0.15\n  config: {port: '7000'}\n",
-            "spec.config sets a key the operator manages",
-        ),
-        (
-            "  masters: 3\n  version: 7.0.15\n  config: {rename-command: 'FLUSHALL \"\"'}\n",
-            "spec.config sets a key",
-        ),
-        (
-            "  masters: 3\n  version: 7.0.15\n  storage: {size: lots}\n",
-            "spec.storage.size must be a quantity",
-        ),
+        ("  masters: 2\n  version: 7.0.15\n", "spec.masters must be at least 3"),
+        ("  masters: 3\n  replicasPerMaster: 6\n  version: 7.0.15\n", "spec.replicasPerMaster must be between 0 and 5"),
+        ("  masters: 3\n  version: seven\n", "spec.version must be a semantic version"),
+        ("  masters: 3\n  version: 7.2.4\n", "spec.version is not in the operator's version catalog (6.2.14, 7.0.15)"),
+        ("  masters: 3\n  version: 7.0.15\n  config: {port: '7000'}\n", "spec.config sets a key the operator manages"),
+        ("  masters: 3\n  version: 7.0.15\n  config: {rename-command: 'FLUSHALL \"\"'}\n", "spec.config sets a key"),
+        ("  masters: 3\n  version: 7.0.15\n  storage: {size: lots}\n", "spec.storage.size must be a quantity"),
     ];
     for (spec, message) in cases {
         let (ok, out) = kubectl(env, &["apply", "-f", "-"], Some(&cluster(&ns, "bad", spec)));
         assert!(!ok, "accepted:\n{spec}");
-        assert!(
-            out.contains(message),
-            "for\n{spec}expected {message:?} in: {out}"
-        );
+        assert!(out.contains(message), "for\n{spec}expected {message:?} in: {out}");
     }
 
     // Immutable fields: the first apply is valid, the changes are not.
-    let good =
-        "  masters: 3\n  version: 7.0.15\n  storage: {size: 1Gi, storageClassName: standard}\n";
-    let (ok, out) = kubectl(
-        env,
-        &["apply", "-f", "-"],
-        Some(&cluster(&ns, "stable", good)),
-    );
+    let good = "  masters: 3\n  version: 7.0.15\n  storage: {size: 1Gi, storageClassName: standard}\n";
+    let (ok, out) = kubectl(env, &["apply", "-f", "-"], Some(&cluster(&ns, "stable", good)));
     assert!(ok, "{out}");
     let changes = [
         (
@@ -74,50 +45,19 @@ async fn bad_input_is_rejected_with_a_message_naming_the_field() {
             "  masters: 3\n  version: 7.0.15\n  storage: {size: 1Gi, storageClassName: fast}\n",
             "spec.storage.storageClassName is immutable",
         ),
-        (
-            "  masters: 3\n  version: 7.0.15\n",
-            "spec.storage cannot be added or removed",
-        ),
+        ("  masters: 3\n  version: 7.0.15\n", "spec.storage cannot be added or removed"),
     ];
     for (spec, message) in changes {
-        let (ok, out) = kubectl(
-            env,
-            &["apply", "-f", "-"],
-            Some(&cluster(&ns, "stable", spec)),
-        );
+        let (ok, out) = kubectl(env, &["apply", "-f", "-"], Some(&cluster(&ns, "stable", spec)));
         assert!(!ok, "accepted change:\n{spec}");
-        assert!(
-            out.contains(message),
-            "for\n{spec}expected {message:?} in: {out}"
-        );
+        assert!(out.contains(message), "for\n{spec}expected {message:?} in: {out}");
     }
     // Growing the volume is allowed, and `kubectl scale` drives spec.masters.
-    let grown =
-        "  masters: 3\n  version: 7.0.15\n  storage: {size: 2Gi, storageClassName: standard}\n";
-    let (ok, out) = kubectl(
-        env,
-        &["apply", "-f", "-"],
-        Some(&cluster(&ns, "stable", grown)),
-    );
+    let grown = "  masters: 3\n  version: 7.0.15\n  storage: {size: 2Gi, storageClassName: standard}\n";
+    let (ok, out) = kubectl(env, &["apply", "-f", "-"], Some(&cluster(&ns, "stable", grown)));
     assert!(ok, "{out}");
-    let (ok, out) = kubectl(
-        env,
-        &["-n", &ns, "scale", "rdc/stable", "--replicas=5"],
-        None,
-    );
+    let (ok, out) = kubectl(env, &["-n", &ns, "scale", "rdc/stable", "--replicas=5"], None);
     assert!(ok, "{out}");
-    let (_, masters) = kubectl(
-        env,
-        &[
-            "-n",
-            &ns,
-            "get",
-            "rdc",
-            "stable",
-            "-o",
-            "jsonpath={.spec.masters}",
-        ],
-        None,
-    );
+    let (_, masters) = kubectl(env, &["-n", &ns, "get", "rdc", "stable", "-o", "jsonpath={.spec.masters}"], None);
     assert_eq!(masters.trim(), "5");
 }

@@ -11,10 +11,7 @@ pub enum Error {
     #[error("invalid spec: {0}")]
     InvalidSpec(String),
     #[error("kubernetes API: {context}: {source}")]
-    Kube {
-        context: String,
-        source: kube::Error,
-    },
+    Kube { context: String, source: kube::Error },
     #[error(transparent)]
     Redis(#[from] RedisError),
 }

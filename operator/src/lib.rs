@@ -5,6 +5,9 @@
 pub mod api;
 pub mod controller;
 pub mod error;
+pub mod leader;
+pub mod metrics;
 pub mod plan;
 pub mod redis;
 pub mod resources;
+pub mod server;

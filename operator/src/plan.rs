@@ -42,11 +42,7 @@ impl RedisFact {
 
     /// Ids of the nodes it knows and has finished the handshake with.
     fn known_ids(&self) -> BTreeSet<&str> {
-        self.nodes
-            .iter()
-            .filter(|n| !n.in_handshake())
-            .map(|n| n.id.as_str())
-            .collect()
+        self.nodes.iter().filter(|n| !n.in_handshake()).map(|n| n.id.as_str()).collect()
     }
 }
 
@@ -67,26 +63,16 @@ pub enum Action {
     /// Ask the seed node to meet the given addresses.
     Meet { via: String, targets: Vec<String> },
     /// Assign slot ranges to a shard's master.
-    AddSlots {
-        pod: String,
-        shard: usize,
-        ranges: Vec<SlotRange>,
-    },
+    AddSlots { pod: String, shard: usize, ranges: Vec<SlotRange> },
     /// Make a node replicate its shard's master.
-    Replicate {
-        pod: String,
-        master_pod: String,
-        master_id: String,
-    },
+    Replicate { pod: String, master_pod: String, master_id: String },
     /// The cluster matches the spec.
     Converged,
 }
 
 impl Observed {
     fn desired_pods(&self) -> impl Iterator<Item = &PodFact> {
-        self.pods
-            .iter()
-            .filter(|p| p.shard < self.shards && p.ordinal <= self.replicas_per_master)
+        self.pods.iter().filter(|p| p.shard < self.shards && p.ordinal <= self.replicas_per_master)
     }
 
     fn id_of(&self, pod: &str) -> Option<&str> {
@@ -97,16 +83,9 @@ impl Observed {
 pub fn plan(observed: &Observed) -> Action {
     let expected = observed.shards * (observed.replicas_per_master + 1);
     let desired: Vec<&PodFact> = observed.desired_pods().collect();
-    let reachable: Vec<&PodFact> = desired
-        .iter()
-        .copied()
-        .filter(|p| observed.redis.contains_key(&p.name))
-        .collect();
+    let reachable: Vec<&PodFact> = desired.iter().copied().filter(|p| observed.redis.contains_key(&p.name)).collect();
     if desired.len() < expected || reachable.len() < expected {
-        return Action::Wait(format!(
-            "{} of {expected} Redis nodes reachable",
-            reachable.len()
-        ));
+        return Action::Wait(format!("{} of {expected} Redis nodes reachable", reachable.len()));
     }
 
     // Seed: the node that already knows most of the cluster (owning slots wins ties).
@@ -115,80 +94,44 @@ pub fn plan(observed: &Observed) -> Action {
         .max_by_key(|p| {
             let fact = &observed.redis[&p.name];
             let owns = fact.myself().is_some_and(|n| !n.slots.is_empty());
-            (
-                fact.known_ids().len(),
-                owns,
-                std::cmp::Reverse(p.name.clone()),
-            )
+            (fact.known_ids().len(), owns, std::cmp::Reverse(p.name.clone()))
         })
         .expect("at least one reachable pod");
     let seed_fact = &observed.redis[&seed.name];
     let seed_known: BTreeSet<&str> = seed_fact.nodes.iter().map(|n| n.id.as_str()).collect();
     let strangers: Vec<String> = reachable
         .iter()
-        .filter(|p| {
-            observed
-                .id_of(&p.name)
-                .is_some_and(|id| !seed_known.contains(id))
-        })
+        .filter(|p| observed.id_of(&p.name).is_some_and(|id| !seed_known.contains(id)))
         .filter_map(|p| p.ip.clone())
         .collect();
     if !strangers.is_empty() {
-        return Action::Meet {
-            via: seed.name.clone(),
-            targets: strangers,
-        };
+        return Action::Meet { via: seed.name.clone(), targets: strangers };
     }
-    let all_ids: BTreeSet<&str> = reachable
-        .iter()
-        .filter_map(|p| observed.id_of(&p.name))
-        .collect();
-    let still_gossiping = reachable
-        .iter()
-        .filter(|p| !all_ids.is_subset(&observed.redis[&p.name].known_ids()))
-        .count();
+    let all_ids: BTreeSet<&str> = reachable.iter().filter_map(|p| observed.id_of(&p.name)).collect();
+    let still_gossiping = reachable.iter().filter(|p| !all_ids.is_subset(&observed.redis[&p.name].known_ids())).count();
     if still_gossiping > 0 {
-        return Action::Wait(format!(
-            "cluster handshake in progress on {still_gossiping} nodes"
-        ));
+        return Action::Wait(format!("cluster handshake in progress on {still_gossiping} nodes"));
     }
 
     let masters = shard_masters(observed, &reachable);
     // A slot counts as owned if any node says so, its owner first: gossip of a
     // fresh assignment may not have reached the seed yet.
-    let owned: BTreeSet<u16> = observed
-        .redis
-        .values()
-        .flat_map(|f| f.nodes.iter())
-        .flat_map(|n| expand(&n.slots))
-        .collect();
+    let owned: BTreeSet<u16> =
+        observed.redis.values().flat_map(|f| f.nodes.iter()).flat_map(|n| expand(&n.slots)).collect();
     for (shard, master) in masters.iter().enumerate() {
         let target = shard_range(shard, observed.shards);
-        let missing: BTreeSet<u16> = (target.start..=target.end)
-            .filter(|s| !owned.contains(s))
-            .collect();
+        let missing: BTreeSet<u16> = (target.start..=target.end).filter(|s| !owned.contains(s)).collect();
         if !missing.is_empty() {
-            return Action::AddSlots {
-                pod: master.name.clone(),
-                shard,
-                ranges: to_ranges(&missing),
-            };
+            return Action::AddSlots { pod: master.name.clone(), shard, ranges: to_ranges(&missing) };
         }
     }
 
     for (shard, master) in masters.iter().enumerate() {
         let master_id = observed.id_of(&master.name).expect("reachable").to_owned();
-        for pod in reachable
-            .iter()
-            .filter(|p| p.shard == shard && p.name != master.name)
-        {
+        for pod in reachable.iter().filter(|p| p.shard == shard && p.name != master.name) {
             let me = observed.redis[&pod.name].myself().expect("reachable");
             if me.master_id.as_deref() != Some(master_id.as_str()) {
-                return Action::Replicate {
-                    pod: pod.name.clone(),
-                    master_pod: master.name.clone(),
-                    master_id,
-                };
+                return Action::Replicate { pod: pod.name.clone(), master_pod: master.name.clone(), master_id };
             }
         }
     }
@@ -196,14 +139,8 @@ pub fn plan(observed: &Observed) -> Action {
     if owned.len() < SLOTS as usize {
         return Action::Wait(format!("{} of {SLOTS} slots assigned", owned.len()));
     }
-    if let Some(p) = reachable
-        .iter()
-        .find(|p| observed.redis[&p.name].cluster_state != "ok")
-    {
-        return Action::Wait(format!(
-            "{} reports cluster_state {}",
-            p.name, observed.redis[&p.name].cluster_state
-        ));
+    if let Some(p) = reachable.iter().find(|p| observed.redis[&p.name].cluster_state != "ok") {
+        return Action::Wait(format!("{} reports cluster_state {}", p.name, observed.redis[&p.name].cluster_state));
     }
     Action::Converged
 }
@@ -213,34 +150,18 @@ pub fn plan(observed: &Observed) -> Action {
 fn shard_masters<'a>(observed: &Observed, reachable: &[&'a PodFact]) -> Vec<&'a PodFact> {
     (0..observed.shards)
         .map(|shard| {
-            let members: Vec<&PodFact> = reachable
-                .iter()
-                .copied()
-                .filter(|p| p.shard == shard)
-                .collect();
+            let members: Vec<&PodFact> = reachable.iter().copied().filter(|p| p.shard == shard).collect();
             let myself = |p: &PodFact| observed.redis[&p.name].myself().cloned();
-            if let Some(owner) = members
-                .iter()
-                .find(|p| myself(p).is_some_and(|n| n.master && !n.slots.is_empty()))
-            {
+            if let Some(owner) = members.iter().find(|p| myself(p).is_some_and(|n| n.master && !n.slots.is_empty())) {
                 return *owner;
             }
-            let replicated: BTreeSet<String> = members
-                .iter()
-                .filter_map(|p| myself(p)?.master_id)
-                .collect();
-            if let Some(master) = members.iter().find(|p| {
-                observed
-                    .id_of(&p.name)
-                    .is_some_and(|id| replicated.contains(id))
-            }) {
+            let replicated: BTreeSet<String> = members.iter().filter_map(|p| myself(p)?.master_id).collect();
+            if let Some(master) =
+                members.iter().find(|p| observed.id_of(&p.name).is_some_and(|id| replicated.contains(id)))
+            {
                 return *master;
             }
-            members
-                .iter()
-                .min_by_key(|p| p.ordinal)
-                .copied()
-                .expect("every shard has pods")
+            members.iter().min_by_key(|p| p.ordinal).copied().expect("every shard has pods")
         })
         .collect()
 }

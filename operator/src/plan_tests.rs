@@ -39,29 +39,15 @@ fn fresh(shards: usize, replicas: usize) -> Observed {
                     replication_offset: None,
                 },
             );
-            pods.push(PodFact {
-                ip: Some(format!("ip-{name}")),
-                name,
-                shard,
-                ordinal,
-                node_name: None,
-            });
+            pods.push(PodFact { ip: Some(format!("ip-{name}")), name, shard, ordinal, node_name: None });
         }
     }
-    Observed {
-        shards,
-        replicas_per_master: replicas,
-        pods,
-        redis,
-    }
+    Observed { shards, replicas_per_master: replicas, pods, redis }
 }
 
 /// The cluster's true state as one list of nodes, from the union of views.
 fn truth(o: &Observed) -> Vec<ClusterNode> {
-    o.redis
-        .values()
-        .filter_map(|f| f.myself().cloned())
-        .collect()
+    o.redis.values().filter_map(|f| f.myself().cloned()).collect()
 }
 
 /// Every node learns the full, current membership (gossip finished).
@@ -79,11 +65,7 @@ fn gossip(o: &mut Observed) {
     }
     let assigned: usize = truth(o).iter().map(|n| expand(&n.slots).len()).sum();
     for fact in o.redis.values_mut() {
-        fact.cluster_state = if assigned == SLOTS as usize {
-            "ok".into()
-        } else {
-            "fail".into()
-        };
+        fact.cluster_state = if assigned == SLOTS as usize { "ok".into() } else { "fail".into() };
     }
 }
 
@@ -91,26 +73,12 @@ fn apply(o: &mut Observed, action: &Action) {
     match action {
         Action::Meet { .. } => gossip(o),
         Action::AddSlots { pod, ranges, .. } => {
-            let me = o
-                .redis
-                .get_mut(pod)
-                .unwrap()
-                .nodes
-                .iter_mut()
-                .find(|n| n.myself)
-                .unwrap();
+            let me = o.redis.get_mut(pod).unwrap().nodes.iter_mut().find(|n| n.myself).unwrap();
             me.slots.extend(ranges.iter().copied());
             gossip(o);
         }
         Action::Replicate { pod, master_id, .. } => {
-            let me = o
-                .redis
-                .get_mut(pod)
-                .unwrap()
-                .nodes
-                .iter_mut()
-                .find(|n| n.myself)
-                .unwrap();
+            let me = o.redis.get_mut(pod).unwrap().nodes.iter_mut().find(|n| n.myself).unwrap();
             me.master = false;
             me.master_id = Some(master_id.clone());
             gossip(o);
@@ -145,20 +113,9 @@ fn assert_healthy(o: &Observed) {
     let masters = nodes.iter().filter(|n| n.master).count();
     assert_eq!(masters, o.shards);
     for n in nodes.iter().filter(|n| !n.master) {
-        let master = nodes
-            .iter()
-            .find(|m| Some(&m.id) == n.master_id.as_ref())
-            .expect("replica of a known node");
-        let shard_of = |id: &str| {
-            id.rsplit_once("-shard-")
-                .map(|(_, s)| s.split('-').next().unwrap().to_owned())
-        };
-        assert_eq!(
-            shard_of(&n.id),
-            shard_of(&master.id),
-            "replica {} follows its own shard's master",
-            n.id
-        );
+        let master = nodes.iter().find(|m| Some(&m.id) == n.master_id.as_ref()).expect("replica of a known node");
+        let shard_of = |id: &str| id.rsplit_once("-shard-").map(|(_, s)| s.split('-').next().unwrap().to_owned());
+        assert_eq!(shard_of(&n.id), shard_of(&master.id), "replica {} follows its own shard's master", n.id);
     }
 }
 
@@ -166,44 +123,23 @@ fn assert_healthy(o: &Observed) {
 fn fresh_nodes_wait_until_all_are_reachable() {
     let mut o = fresh(3, 1);
     o.redis.remove("c-shard-2-1");
-    assert_eq!(
-        plan(&o),
-        Action::Wait("5 of 6 Redis nodes reachable".into())
-    );
+    assert_eq!(plan(&o), Action::Wait("5 of 6 Redis nodes reachable".into()));
 }
 
 #[test]
 fn bootstrap_meets_assigns_slots_then_replicates() {
     let mut o = fresh(3, 1);
     let steps = converge(&mut o);
-    assert!(
-        matches!(steps[0], Action::Meet { ref targets, .. } if targets.len() == 5),
-        "{:?}",
-        steps[0]
-    );
-    assert_eq!(
-        steps
-            .iter()
-            .filter(|s| matches!(s, Action::AddSlots { .. }))
-            .count(),
-        3
-    );
-    assert_eq!(
-        steps
-            .iter()
-            .filter(|s| matches!(s, Action::Replicate { .. }))
-            .count(),
-        3
-    );
+    assert!(matches!(steps[0], Action::Meet { ref targets, .. } if targets.len() == 5), "{:?}", steps[0]);
+    assert_eq!(steps.iter().filter(|s| matches!(s, Action::AddSlots { .. })).count(), 3);
+    assert_eq!(steps.iter().filter(|s| matches!(s, Action::Replicate { .. })).count(), 3);
     assert_healthy(&o);
 }
 
 #[test]
 fn waits_for_gossip_before_assigning_slots() {
     let mut o = fresh(3, 0);
-    let Action::Meet { via, .. } = plan(&o) else {
-        panic!()
-    };
+    let Action::Meet { via, .. } = plan(&o) else { panic!() };
     // The seed learned everyone, the others have not heard back yet.
     let everyone = truth(&o);
     let seed = o.redis.get_mut(&via).unwrap();
@@ -214,11 +150,7 @@ fn waits_for_gossip_before_assigning_slots() {
             n
         })
         .collect();
-    assert!(
-        matches!(plan(&o), Action::Wait(ref m) if m.contains("handshake")),
-        "{:?}",
-        plan(&o)
-    );
+    assert!(matches!(plan(&o), Action::Wait(ref m) if m.contains("handshake")), "{:?}", plan(&o));
 }
 
 #[test]
@@ -226,39 +158,11 @@ fn interrupted_slot_assignment_resumes_with_only_the_missing_slots() {
     let mut o = fresh(3, 1);
     let meet = plan(&o);
     apply(&mut o, &meet);
-    let Action::AddSlots { pod, shard, ranges } = plan(&o) else {
-        panic!("expected AddSlots")
-    };
-    assert_eq!(
-        ranges,
-        vec![SlotRange {
-            start: 0,
-            end: 5461
-        }]
-    );
+    let Action::AddSlots { pod, shard, ranges } = plan(&o) else { panic!("expected AddSlots") };
+    assert_eq!(ranges, vec![SlotRange { start: 0, end: 5461 }]);
     // The operator died after the first half of the ADDSLOTS batches.
-    apply(
-        &mut o,
-        &Action::AddSlots {
-            pod: pod.clone(),
-            shard,
-            ranges: vec![SlotRange {
-                start: 0,
-                end: 2999,
-            }],
-        },
-    );
-    assert_eq!(
-        plan(&o),
-        Action::AddSlots {
-            pod,
-            shard,
-            ranges: vec![SlotRange {
-                start: 3000,
-                end: 5461
-            }]
-        }
-    );
+    apply(&mut o, &Action::AddSlots { pod: pod.clone(), shard, ranges: vec![SlotRange { start: 0, end: 2999 }] });
+    assert_eq!(plan(&o), Action::AddSlots { pod, shard, ranges: vec![SlotRange { start: 3000, end: 5461 }] });
     converge(&mut o);
     assert_healthy(&o);
 }
@@ -283,11 +187,7 @@ fn masters_found_by_slots_even_when_not_ordinal_zero() {
     converge(&mut o);
     // After a failover, ordinal 1 of shard 0 is the master with the slots.
     let before = truth(&o);
-    let old = before
-        .iter()
-        .find(|n| n.id == "id-c-shard-0-0")
-        .unwrap()
-        .clone();
+    let old = before.iter().find(|n| n.id == "id-c-shard-0-0").unwrap().clone();
     for fact in o.redis.values_mut() {
         for n in &mut fact.nodes {
             if n.id == "id-c-shard-0-1" {

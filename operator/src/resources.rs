@@ -56,10 +56,7 @@ impl Names<'_> {
 
 pub fn labels(cluster: &RedisCluster) -> BTreeMap<String, String> {
     BTreeMap::from([
-        (
-            LABEL_CLUSTER.into(),
-            cluster.metadata.name.clone().unwrap_or_default(),
-        ),
+        (LABEL_CLUSTER.into(), cluster.metadata.name.clone().unwrap_or_default()),
         (LABEL_MANAGED_BY.into(), "slotkeeper".into()),
         (LABEL_NAME.into(), "redis".into()),
     ])
@@ -68,11 +65,7 @@ pub fn labels(cluster: &RedisCluster) -> BTreeMap<String, String> {
 /// Metadata every owned object shares: name, namespace, labels, owner.
 pub fn meta(cluster: &RedisCluster, name: String, extra_labels: &[(&str, String)]) -> ObjectMeta {
     let mut labels = labels(cluster);
-    labels.extend(
-        extra_labels
-            .iter()
-            .map(|(k, v)| ((*k).to_owned(), v.clone())),
-    );
+    labels.extend(extra_labels.iter().map(|(k, v)| ((*k).to_owned(), v.clone())));
     ObjectMeta {
         name: Some(name),
         namespace: cluster.metadata.namespace.clone(),
@@ -94,10 +87,7 @@ pub fn image(cluster: &RedisCluster) -> String {
 pub fn password_source(cluster: &RedisCluster) -> (String, String) {
     match &cluster.spec.auth {
         Some(auth) => (auth.secret_name.clone(), auth.key.clone()),
-        None => (
-            Names(&cluster.name()).generated_password_secret(),
-            "password".into(),
-        ),
+        None => (Names(&cluster.name()).generated_password_secret(), "password".into()),
     }
 }
 
@@ -114,13 +104,7 @@ impl ClusterName for RedisCluster {
 /// `maxmemory` for a memory limit: 75% of it, leaving room for replication
 /// buffers, fork copy-on-write and fragmentation.
 fn maxmemory_for_limit(cluster: &RedisCluster) -> Option<u64> {
-    let limit = cluster
-        .spec
-        .resources
-        .as_ref()?
-        .limits
-        .as_ref()?
-        .get("memory")?;
+    let limit = cluster.spec.resources.as_ref()?.limits.as_ref()?.get("memory")?;
     parse_bytes(&limit.0).map(|bytes| bytes / 4 * 3)
 }
 
@@ -170,10 +154,7 @@ pub fn redis_conf(cluster: &RedisCluster) -> String {
 
 /// auth.conf, kept in a Secret: the password for clients and for replication.
 pub fn auth_conf(password: &str) -> String {
-    let quoted = format!(
-        "\"{}\"",
-        password.replace('\\', "\\\\").replace('"', "\\\"")
-    );
+    let quoted = format!("\"{}\"", password.replace('\\', "\\\\").replace('"', "\\\""));
     format!("requirepass {quoted}\nmasterauth {quoted}\n")
 }
 
@@ -275,8 +256,7 @@ pub fn stateful_set(cluster: &RedisCluster, shard: usize) -> Value {
         "automountServiceAccountToken": false,
     });
     if !scheduling.tolerations.is_empty() {
-        pod_spec["tolerations"] =
-            serde_json::to_value(&scheduling.tolerations).expect("serializable");
+        pod_spec["tolerations"] = serde_json::to_value(&scheduling.tolerations).expect("serializable");
     }
     if !scheduling.topology_spread_constraints.is_empty() {
         pod_spec["topologySpreadConstraints"] =
@@ -296,18 +276,15 @@ pub fn stateful_set(cluster: &RedisCluster, shard: usize) -> Value {
         "template": { "metadata": { "labels": pod_labels }, "spec": pod_spec },
     });
     if let Some(storage) = &cluster.spec.storage {
-        let mut claim_spec = json!({ "accessModes": ["ReadWriteOnce"], "resources": { "requests": { "storage": storage.size } } });
+        let mut claim_spec =
+            json!({ "accessModes": ["ReadWriteOnce"], "resources": { "requests": { "storage": storage.size } } });
         if let Some(class) = &storage.storage_class_name {
             claim_spec["storageClassName"] = json!(class);
         }
-        spec["volumeClaimTemplates"] = json!([{ "metadata": { "name": "data", "labels": labels(cluster) }, "spec": claim_spec }]);
-        let when_deleted = if storage.keep_on_delete {
-            "Retain"
-        } else {
-            "Delete"
-        };
-        spec["persistentVolumeClaimRetentionPolicy"] =
-            json!({ "whenDeleted": when_deleted, "whenScaled": "Retain" });
+        spec["volumeClaimTemplates"] =
+            json!([{ "metadata": { "name": "data", "labels": labels(cluster) }, "spec": claim_spec }]);
+        let when_deleted = if storage.keep_on_delete { "Retain" } else { "Delete" };
+        spec["persistentVolumeClaimRetentionPolicy"] = json!({ "whenDeleted": when_deleted, "whenScaled": "Retain" });
     }
     json!({
         "apiVersion": "apps/v1", "kind": "StatefulSet",
@@ -320,11 +297,7 @@ pub fn stateful_set(cluster: &RedisCluster, shard: usize) -> Value {
 /// (its shard fails over); without, any voluntary disruption would take slots
 /// offline, so none is allowed.
 pub fn disruption_budget(cluster: &RedisCluster) -> Value {
-    let max_unavailable = if cluster.spec.replicas_per_master > 0 {
-        1
-    } else {
-        0
-    };
+    let max_unavailable = if cluster.spec.replicas_per_master > 0 { 1 } else { 0 };
     json!({
         "apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
         "metadata": meta(cluster, cluster.name(), &[]),
@@ -357,9 +330,7 @@ pub fn network_policy(cluster: &RedisCluster) -> Value {
 pub fn desired_objects(cluster: &RedisCluster) -> Vec<Value> {
     let mut objects = vec![config_map(cluster)];
     objects.extend(services(cluster));
-    objects.extend(
-        (0..cluster.spec.masters.max(0) as usize).map(|shard| stateful_set(cluster, shard)),
-    );
+    objects.extend((0..cluster.spec.masters.max(0) as usize).map(|shard| stateful_set(cluster, shard)));
     objects.push(disruption_budget(cluster));
     objects.push(network_policy(cluster));
     objects

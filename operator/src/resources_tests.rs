@@ -2,10 +2,7 @@ use super::*;
 use crate::api::{RedisClusterSpec, StorageSpec};
 
 fn cluster(yaml_spec: serde_json::Value) -> RedisCluster {
-    let mut c = RedisCluster::new(
-        "cache",
-        serde_json::from_value::<RedisClusterSpec>(yaml_spec).unwrap(),
-    );
+    let mut c = RedisCluster::new("cache", serde_json::from_value::<RedisClusterSpec>(yaml_spec).unwrap());
     c.metadata.namespace = Some("apps".into());
     c.metadata.uid = Some("uid-1".into());
     c
@@ -15,58 +12,28 @@ fn cluster(yaml_spec: serde_json::Value) -> RedisCluster {
 fn one_stateful_set_per_shard_with_owner_and_anti_affinity() {
     let c = cluster(json!({"masters": 3, "replicasPerMaster": 1, "version": "7.0.15"}));
     let objects = desired_objects(&c);
-    let sets: Vec<&Value> = objects
-        .iter()
-        .filter(|o| o["kind"] == "StatefulSet")
-        .collect();
+    let sets: Vec<&Value> = objects.iter().filter(|o| o["kind"] == "StatefulSet").collect();
     assert_eq!(sets.len(), 3);
     let set = sets[1];
     assert_eq!(set["metadata"]["name"], "cache-shard-1");
     assert_eq!(set["spec"]["replicas"], 2);
     assert_eq!(set["metadata"]["ownerReferences"][0]["uid"], "uid-1");
-    assert_eq!(
-        set["spec"]["template"]["spec"]["containers"][0]["image"],
-        "redis:7.0.15"
-    );
+    assert_eq!(set["spec"]["template"]["spec"]["containers"][0]["image"], "redis:7.0.15");
     let term = &set["spec"]["template"]["spec"]["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
         [0];
-    assert_eq!(
-        term["podAffinityTerm"]["labelSelector"]["matchLabels"][LABEL_SHARD],
-        "1"
-    );
-    assert!(
-        set["spec"]["volumeClaimTemplates"].is_null(),
-        "ephemeral without storage"
-    );
+    assert_eq!(term["podAffinityTerm"]["labelSelector"]["matchLabels"][LABEL_SHARD], "1");
+    assert!(set["spec"]["volumeClaimTemplates"].is_null(), "ephemeral without storage");
 }
 
 #[test]
 fn storage_adds_claims_and_retention_follows_keep_on_delete() {
-    let mut c = cluster(
-        json!({"masters": 3, "version": "6.2.14", "storage": {"size": "2Gi", "keepOnDelete": true}}),
-    );
+    let mut c = cluster(json!({"masters": 3, "version": "6.2.14", "storage": {"size": "2Gi", "keepOnDelete": true}}));
     let set = stateful_set(&c, 0);
-    assert_eq!(
-        set["spec"]["volumeClaimTemplates"][0]["spec"]["resources"]["requests"]["storage"],
-        "2Gi"
-    );
-    assert_eq!(
-        set["spec"]["persistentVolumeClaimRetentionPolicy"]["whenDeleted"],
-        "Retain"
-    );
-    assert_eq!(
-        set["spec"]["template"]["spec"]["containers"][0]["image"],
-        "redis:6.2.14"
-    );
-    c.spec.storage = Some(StorageSpec {
-        size: "2Gi".into(),
-        storage_class_name: None,
-        keep_on_delete: false,
-    });
-    assert_eq!(
-        stateful_set(&c, 0)["spec"]["persistentVolumeClaimRetentionPolicy"]["whenDeleted"],
-        "Delete"
-    );
+    assert_eq!(set["spec"]["volumeClaimTemplates"][0]["spec"]["resources"]["requests"]["storage"], "2Gi");
+    assert_eq!(set["spec"]["persistentVolumeClaimRetentionPolicy"]["whenDeleted"], "Retain");
+    assert_eq!(set["spec"]["template"]["spec"]["containers"][0]["image"], "redis:6.2.14");
+    c.spec.storage = Some(StorageSpec { size: "2Gi".into(), storage_class_name: None, keep_on_delete: false });
+    assert_eq!(stateful_set(&c, 0)["spec"]["persistentVolumeClaimRetentionPolicy"]["whenDeleted"], "Delete");
 }
 
 #[test]
@@ -77,14 +44,8 @@ fn config_puts_operator_keys_first_and_derives_maxmemory() {
         "config": {"maxmemory-policy": "allkeys-lru"},
     }));
     let conf = redis_conf(&c);
-    assert!(
-        conf.contains("cluster-enabled yes\n")
-            && conf.contains("include /etc/redis-auth/auth.conf\n")
-    );
-    assert!(
-        conf.contains(&format!("maxmemory {}\n", (1u64 << 30) / 4 * 3)),
-        "{conf}"
-    );
+    assert!(conf.contains("cluster-enabled yes\n") && conf.contains("include /etc/redis-auth/auth.conf\n"));
+    assert!(conf.contains(&format!("maxmemory {}\n", (1u64 << 30) / 4 * 3)), "{conf}");
     assert!(conf.ends_with("maxmemory-policy allkeys-lru\n"));
     let explicit = cluster(
         json!({"masters": 3, "version": "7.0.15", "resources": {"limits": {"memory": "1Gi"}}, "config": {"maxmemory": "100mb"}}),
@@ -94,10 +55,7 @@ fn config_puts_operator_keys_first_and_derives_maxmemory() {
 
 #[test]
 fn auth_conf_quotes_the_password() {
-    assert_eq!(
-        auth_conf("pa\"ss"),
-        "requirepass \"pa\\\"ss\"\nmasterauth \"pa\\\"ss\"\n"
-    );
+    assert_eq!(auth_conf("pa\"ss"), "requirepass \"pa\\\"ss\"\nmasterauth \"pa\\\"ss\"\n");
 }
 
 #[test]

@@ -9,6 +9,8 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::core::v1::{Namespace, Pod, ServiceAccount};
 use kube::api::PostParams;
 use kube::{Api, Client};
+pub mod operator;
+
 use slotkeeper_env::{Environment, EnvironmentOptions, tools};
 
 /// The environment shared by every test of this binary, started on first use.
@@ -17,21 +19,13 @@ use slotkeeper_env::{Environment, EnvironmentOptions, tools};
 pub fn shared_env() -> &'static Environment {
     static ENV: OnceLock<Environment> = OnceLock::new();
     ENV.get_or_init(|| {
-        let dir = tools::repo_root()
-            .join("target/e2e")
-            .join(env!("CARGO_CRATE_NAME"));
+        let dir = tools::repo_root().join("target/e2e").join(env!("CARGO_CRATE_NAME"));
         // A thread of its own: the caller may already be inside a runtime.
         std::thread::spawn(move || {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .expect("runtime");
+            let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
             let started = Instant::now();
             let env = runtime
-                .block_on(Environment::start(EnvironmentOptions {
-                    dir: Some(dir),
-                    ..Default::default()
-                }))
+                .block_on(Environment::start(EnvironmentOptions { dir: Some(dir), ..Default::default() }))
                 .unwrap_or_else(|e| panic!("the local environment did not start: {e}"));
             eprintln!(
                 "apiserver /readyz after {:.1}s; environment ready in {:.1}s",
@@ -48,17 +42,12 @@ pub fn shared_env() -> &'static Environment {
 /// Creates a namespace for one test and waits for its `default` ServiceAccount.
 pub async fn namespace(client: &Client, name: &str) -> String {
     let api: Api<Namespace> = Api::all(client.clone());
-    let ns: Namespace =
-        serde_json::from_value(serde_json::json!({"metadata": {"name": name}})).unwrap();
-    api.create(&PostParams::default(), &ns)
-        .await
-        .unwrap_or_else(|e| panic!("create namespace {name}: {e}"));
+    let ns: Namespace = serde_json::from_value(serde_json::json!({"metadata": {"name": name}})).unwrap();
+    api.create(&PostParams::default(), &ns).await.unwrap_or_else(|e| panic!("create namespace {name}: {e}"));
     let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), name);
-    wait_until(
-        &format!("ServiceAccount {name}/default"),
-        Duration::from_secs(30),
-        || async { accounts.get_opt("default").await.ok().flatten() },
-    )
+    wait_until(&format!("ServiceAccount {name}/default"), Duration::from_secs(30), || async {
+        accounts.get_opt("default").await.ok().flatten()
+    })
     .await;
     name.to_owned()
 }
@@ -74,10 +63,7 @@ where
         if let Some(value) = check().await {
             return value;
         }
-        assert!(
-            Instant::now() < deadline,
-            "timed out after {timeout:?} waiting for {what}"
-        );
+        assert!(Instant::now() < deadline, "timed out after {timeout:?} waiting for {what}");
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
@@ -90,10 +76,7 @@ pub fn pod_ready(pod: &Pod) -> bool {
 }
 
 pub fn pod_ip(pod: &Pod) -> String {
-    pod.status
-        .as_ref()
-        .and_then(|s| s.pod_ip.clone())
-        .expect("pod has an IP")
+    pod.status.as_ref().and_then(|s| s.pod_ip.clone()).expect("pod has an IP")
 }
 
 /// Waits for a Pod to be Ready and returns it.
@@ -107,19 +90,12 @@ pub async fn ready_pod(api: &Api<Pod>, name: &str, timeout: Duration) -> Pod {
 /// A connection to a Redis server on a Pod's address.
 pub async fn redis_at(ip: &str, port: u16) -> redis::aio::MultiplexedConnection {
     let client = redis::Client::open(format!("redis://{ip}:{port}/")).expect("redis URL");
-    client
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap_or_else(|e| panic!("connect to redis at {ip}:{port}: {e}"))
+    client.get_multiplexed_async_connection().await.unwrap_or_else(|e| panic!("connect to redis at {ip}:{port}: {e}"))
 }
 
 /// The `redis_version` field of INFO server.
 pub async fn redis_version(connection: &mut redis::aio::MultiplexedConnection) -> String {
-    let info: String = redis::cmd("INFO")
-        .arg("server")
-        .query_async(connection)
-        .await
-        .expect("INFO server");
+    let info: String = redis::cmd("INFO").arg("server").query_async(connection).await.expect("INFO server");
     info.lines()
         .find_map(|l| l.strip_prefix("redis_version:"))
         .map(|v| v.trim().to_owned())
@@ -139,40 +115,22 @@ pub fn kubectl(env: &Environment, args: &[&str], stdin: Option<&str>) -> (bool, 
         .spawn()
         .expect("kubectl starts");
     if let Some(input) = stdin {
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(input.as_bytes())
-            .unwrap();
+        child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
     }
     drop(child.stdin.take());
     let out = child.wait_with_output().expect("kubectl runs");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     (out.status.success(), text)
 }
 
 /// Installs the generated CRDs from deploy/crds and waits until they are served.
 pub fn install_crds(env: &Environment) {
     let path = tools::repo_root().join("deploy/crds");
-    let (ok, out) = kubectl(
-        env,
-        &["apply", "--server-side", "-f", path.to_str().unwrap()],
-        None,
-    );
+    let (ok, out) = kubectl(env, &["apply", "--server-side", "-f", path.to_str().unwrap()], None);
     assert!(ok, "kubectl apply of deploy/crds failed: {out}");
     let (ok, out) = kubectl(
         env,
-        &[
-            "wait",
-            "--for=condition=Established",
-            "--timeout=60s",
-            "crd/redisclusters.slotkeeper.io",
-        ],
+        &["wait", "--for=condition=Established", "--timeout=60s", "crd/redisclusters.slotkeeper.io"],
         None,
     );
     assert!(ok, "CRD not established: {out}");

@@ -11,16 +11,8 @@ pub struct CatalogEntry {
 }
 
 pub const CATALOG: &[CatalogEntry] = &[
-    CatalogEntry {
-        version: "6.2.14",
-        image: "redis:6.2.14",
-        has_addslotsrange: false,
-    },
-    CatalogEntry {
-        version: "7.0.15",
-        image: "redis:7.0.15",
-        has_addslotsrange: true,
-    },
+    CatalogEntry { version: "6.2.14", image: "redis:6.2.14", has_addslotsrange: false },
+    CatalogEntry { version: "7.0.15", image: "redis:7.0.15", has_addslotsrange: true },
 ];
 
 pub fn lookup(version: &str) -> Option<&'static CatalogEntry> {

@@ -4,9 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{
-    Affinity, ResourceRequirements, Toleration, TopologySpreadConstraint,
-};
+use k8s_openapi::api::core::v1::{Affinity, ResourceRequirements, Toleration, TopologySpreadConstraint};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
@@ -122,9 +120,7 @@ pub struct SchedulingSpec {
     pub node_selector: BTreeMap<String, String>,
 }
 
-#[derive(
-    schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default,
-)]
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum Phase {
     #[default]
     Pending,

@@ -8,16 +8,8 @@ use crate::plan::{Action, PodFact};
 use crate::redis::client::RedisNode;
 
 /// Runs `action`; returns a sentence for the event, or `None` if it was only a wait.
-pub async fn act(
-    action: &Action,
-    pods: &[PodFact],
-    password: &str,
-    version: &str,
-) -> Result<Option<(String, String)>> {
-    let ip_of: BTreeMap<&str, &str> = pods
-        .iter()
-        .filter_map(|p| Some((p.name.as_str(), p.ip.as_deref()?)))
-        .collect();
+pub async fn act(action: &Action, pods: &[PodFact], password: &str, version: &str) -> Result<Option<(String, String)>> {
+    let ip_of: BTreeMap<&str, &str> = pods.iter().filter_map(|p| Some((p.name.as_str(), p.ip.as_deref()?))).collect();
     let connect = |pod: &str| {
         let ip = ip_of.get(pod).copied().unwrap_or_default().to_owned();
         async move { RedisNode::connect(&ip, password).await }
@@ -28,37 +20,17 @@ pub async fn act(
             for ip in targets {
                 node.meet(ip).await?;
             }
-            Ok(Some((
-                "ClusterMeet".into(),
-                format!(
-                    "{via} met {} node(s): {}",
-                    targets.len(),
-                    targets.join(", ")
-                ),
-            )))
+            Ok(Some(("ClusterMeet".into(), format!("{via} met {} node(s): {}", targets.len(), targets.join(", ")))))
         }
         Action::AddSlots { pod, shard, ranges } => {
             let has_range = catalog::lookup(version).is_some_and(|e| e.has_addslotsrange);
             connect(pod).await?.add_slots(ranges, has_range).await?;
             let list: Vec<String> = ranges.iter().map(ToString::to_string).collect();
-            Ok(Some((
-                "SlotsAssigned".into(),
-                format!(
-                    "shard {shard} master {pod} assigned slots {}",
-                    list.join(",")
-                ),
-            )))
+            Ok(Some(("SlotsAssigned".into(), format!("shard {shard} master {pod} assigned slots {}", list.join(",")))))
         }
-        Action::Replicate {
-            pod,
-            master_pod,
-            master_id,
-        } => {
+        Action::Replicate { pod, master_pod, master_id } => {
             connect(pod).await?.replicate(master_id).await?;
-            Ok(Some((
-                "ReplicaAttached".into(),
-                format!("{pod} now replicates {master_pod} ({master_id})"),
-            )))
+            Ok(Some(("ReplicaAttached".into(), format!("{pod} now replicates {master_pod} ({master_id})"))))
         }
         Action::Wait(_) | Action::Converged => Ok(None),
     }

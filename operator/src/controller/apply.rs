@@ -3,9 +3,7 @@
 //! steady-state reconcile makes no write at all.
 
 use k8s_openapi::api::core::v1::Secret;
-use kube::api::{
-    Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams,
-};
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams};
 use serde_json::Value;
 
 use super::Context;
@@ -17,43 +15,23 @@ use crate::resources::{self, Names};
 /// Applies `object` if it is missing or its hash differs; returns whether it wrote.
 pub async fn apply_if_changed(ctx: &Context, namespace: &str, object: Value) -> Result<bool> {
     let (object, hash) = resources::with_hash(object);
-    let (group, version) = match object["apiVersion"]
-        .as_str()
-        .unwrap_or_default()
-        .split_once('/')
-    {
+    let (group, version) = match object["apiVersion"].as_str().unwrap_or_default().split_once('/') {
         Some((g, v)) => (g.to_owned(), v.to_owned()),
-        None => (
-            String::new(),
-            object["apiVersion"].as_str().unwrap_or_default().to_owned(),
-        ),
+        None => (String::new(), object["apiVersion"].as_str().unwrap_or_default().to_owned()),
     };
     let kind = object["kind"].as_str().unwrap_or_default().to_owned();
-    let name = object["metadata"]["name"]
-        .as_str()
-        .unwrap_or_default()
-        .to_owned();
+    let name = object["metadata"]["name"].as_str().unwrap_or_default().to_owned();
     let resource = ApiResource::from_gvk(&GroupVersionKind::gvk(&group, &version, &kind));
     let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), namespace, &resource);
     let what = format!("{kind} {namespace}/{name}");
-    let current = api
-        .get_opt(&name)
-        .await
-        .map_err(Error::kube(format!("read {what}")))?;
-    let stored_hash = current.as_ref().and_then(|o| {
-        o.metadata
-            .annotations
-            .as_ref()?
-            .get(ANNOTATION_SPEC_HASH)
-            .cloned()
-    });
+    let current = api.get_opt(&name).await.map_err(Error::kube(format!("read {what}")))?;
+    let stored_hash =
+        current.as_ref().and_then(|o| o.metadata.annotations.as_ref()?.get(ANNOTATION_SPEC_HASH).cloned());
     if stored_hash.as_deref() == Some(hash.as_str()) {
         return Ok(false);
     }
     let params = PatchParams::apply(FIELD_MANAGER).force();
-    api.patch(&name, &params, &Patch::Apply(&object))
-        .await
-        .map_err(Error::kube(format!("apply {what}")))?;
+    api.patch(&name, &params, &Patch::Apply(&object)).await.map_err(Error::kube(format!("apply {what}")))?;
     tracing::info!(namespace, object = %what, "applied");
     Ok(true)
 }
@@ -63,22 +41,12 @@ pub async fn apply_if_changed(ctx: &Context, namespace: &str, object: Value) -> 
 pub async fn password(ctx: &Context, cluster: &RedisCluster, namespace: &str) -> Result<String> {
     let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), namespace);
     let (secret_name, key) = resources::password_source(cluster);
-    let existing = secrets
-        .get_opt(&secret_name)
-        .await
-        .map_err(Error::kube(format!(
-            "read Secret {namespace}/{secret_name}"
-        )))?;
+    let existing =
+        secrets.get_opt(&secret_name).await.map_err(Error::kube(format!("read Secret {namespace}/{secret_name}")))?;
     if let Some(secret) = existing {
-        let value = secret
-            .data
-            .as_ref()
-            .and_then(|d| d.get(&key))
-            .map(|v| String::from_utf8_lossy(&v.0).into_owned());
+        let value = secret.data.as_ref().and_then(|d| d.get(&key)).map(|v| String::from_utf8_lossy(&v.0).into_owned());
         return value.filter(|v| !v.is_empty()).ok_or_else(|| {
-            Error::InvalidSpec(format!(
-                "Secret {namespace}/{secret_name} has no non-empty key {key:?} (spec.auth.key)"
-            ))
+            Error::InvalidSpec(format!("Secret {namespace}/{secret_name} has no non-empty key {key:?} (spec.auth.key)"))
         });
     }
     if cluster.spec.auth.is_some() {
@@ -88,41 +56,23 @@ pub async fn password(ctx: &Context, cluster: &RedisCluster, namespace: &str) ->
     }
     let generated = random_password();
     let object: Secret =
-        serde_json::from_value(resources::generated_password_secret(cluster, &generated))
-            .expect("valid Secret");
-    match secrets
-        .create(
-            &PostParams {
-                field_manager: Some(FIELD_MANAGER.into()),
-                ..Default::default()
-            },
-            &object,
-        )
-        .await
+        serde_json::from_value(resources::generated_password_secret(cluster, &generated)).expect("valid Secret");
+    match secrets.create(&PostParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() }, &object).await
     {
         Ok(_) => {
             tracing::info!(namespace, secret = %Names(&secret_name).0, "generated password Secret");
             Ok(generated)
         }
         // Lost a race with ourselves (a previous attempt): read what won.
-        Err(kube::Error::Api(e)) if e.code == 409 => {
-            Box::pin(password(ctx, cluster, namespace)).await
-        }
-        Err(e) => Err(Error::kube(format!(
-            "create Secret {namespace}/{secret_name}"
-        ))(e)),
+        Err(kube::Error::Api(e)) if e.code == 409 => Box::pin(password(ctx, cluster, namespace)).await,
+        Err(e) => Err(Error::kube(format!("create Secret {namespace}/{secret_name}"))(e)),
     }
 }
 
 fn random_password() -> String {
     use std::io::Read as _;
     let mut bytes = [0u8; 24];
-    std::fs::File::open("/dev/urandom")
-        .and_then(|mut f| f.read_exact(&mut bytes))
-        .expect("/dev/urandom is readable");
+    std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut bytes)).expect("/dev/urandom is readable");
     const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
-    bytes
-        .iter()
-        .map(|b| ALPHABET[*b as usize % ALPHABET.len()] as char)
-        .collect()
+    bytes.iter().map(|b| ALPHABET[*b as usize % ALPHABET.len()] as char).collect()
 }

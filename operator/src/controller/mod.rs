@@ -23,6 +23,7 @@ use tracing::Instrument as _;
 use crate::api::names::FIELD_MANAGER;
 use crate::api::{RedisCluster, RedisClusterStatus};
 use crate::error::{Error, Result};
+use crate::metrics::{ClusterLabels, Metrics};
 use crate::plan::{self, Action, Observed};
 use crate::resources;
 
@@ -35,33 +36,18 @@ const REQUEUE_CONVERGED: Duration = Duration::from_secs(30);
 pub struct Context {
     pub client: Client,
     pub recorder: Recorder,
+    pub metrics: Arc<Metrics>,
 }
 
 impl Context {
-    pub fn new(client: Client, instance: String) -> Self {
-        let reporter = Reporter {
-            controller: FIELD_MANAGER.into(),
-            instance: Some(instance),
-        };
-        Self {
-            recorder: Recorder::new(client.clone(), reporter),
-            client,
-        }
+    pub fn new(client: Client, instance: String, metrics: Arc<Metrics>) -> Self {
+        let reporter = Reporter { controller: FIELD_MANAGER.into(), instance: Some(instance) };
+        Self { recorder: Recorder::new(client.clone(), reporter), client, metrics }
     }
 
     async fn event(&self, cluster: &RedisCluster, type_: EventType, reason: &str, note: String) {
-        let event = Event {
-            type_,
-            reason: reason.into(),
-            note: Some(note),
-            action: reason.into(),
-            secondary: None,
-        };
-        if let Err(error) = self
-            .recorder
-            .publish(&event, &cluster.object_ref(&()))
-            .await
-        {
+        let event = Event { type_, reason: reason.into(), note: Some(note), action: reason.into(), secondary: None };
+        if let Err(error) = self.recorder.publish(&event, &cluster.object_ref(&())).await {
             tracing::warn!(%error, "cannot publish event");
         }
     }
@@ -70,17 +56,11 @@ impl Context {
 /// Runs the controller until the stream ends (the process is stopping).
 pub async fn run(ctx: Arc<Context>, namespace: Option<&str>) {
     let (clusters, sets): (Api<RedisCluster>, Api<StatefulSet>) = match namespace {
-        Some(ns) => (
-            Api::namespaced(ctx.client.clone(), ns),
-            Api::namespaced(ctx.client.clone(), ns),
-        ),
+        Some(ns) => (Api::namespaced(ctx.client.clone(), ns), Api::namespaced(ctx.client.clone(), ns)),
         None => (Api::all(ctx.client.clone()), Api::all(ctx.client.clone())),
     };
     Controller::new(clusters, watcher::Config::default())
-        .owns(
-            sets,
-            watcher::Config::default().labels(crate::api::names::LABEL_CLUSTER),
-        )
+        .owns(sets, watcher::Config::default().labels(crate::api::names::LABEL_CLUSTER))
         .shutdown_on_signal()
         .run(reconcile, error_policy, ctx)
         .for_each(|result| async move {
@@ -100,54 +80,37 @@ async fn reconcile(cluster: Arc<RedisCluster>, ctx: Arc<Context>) -> Result<Requ
     let name = cluster.name_any();
     let namespace = cluster.namespace().unwrap_or_default();
     let span = tracing::info_span!("reconcile", cluster = %name, namespace = %namespace);
-    reconcile_in_span(cluster, ctx, namespace)
-        .instrument(span)
-        .await
+    let _timer = ctx.metrics.reconcile_started();
+    let result = reconcile_in_span(cluster, ctx.clone(), namespace).instrument(span).await;
+    ctx.metrics.reconcile_finished(if result.is_ok() { "success" } else { "error" });
+    result
 }
 
-async fn reconcile_in_span(
-    cluster: Arc<RedisCluster>,
-    ctx: Arc<Context>,
-    namespace: String,
-) -> Result<Requeue> {
+async fn reconcile_in_span(cluster: Arc<RedisCluster>, ctx: Arc<Context>, namespace: String) -> Result<Requeue> {
     if cluster.metadata.deletion_timestamp.is_some() {
+        ctx.metrics.forget_cluster(&ClusterLabels { namespace, cluster: cluster.name_any() });
         return Ok(Requeue::await_change()); // owner references clean up
     }
     if cluster.spec.paused {
-        write_status(
-            &ctx,
-            &cluster,
-            report::paused_status(&cluster, Timestamp::now()),
-        )
-        .await?;
+        write_status(&ctx, &cluster, report::paused_status(&cluster, Timestamp::now())).await?;
         return Ok(Requeue::requeue(REQUEUE_CONVERGED));
     }
     match reconcile_steps(&cluster, &ctx, &namespace).await {
         Err(Error::InvalidSpec(message)) => {
-            ctx.event(
-                &cluster,
-                EventType::Warning,
-                crate::api::names::REASON_INVALID_SPEC,
-                message.clone(),
-            )
-            .await;
+            ctx.event(&cluster, EventType::Warning, crate::api::names::REASON_INVALID_SPEC, message.clone()).await;
             Err(Error::InvalidSpec(message))
         }
         other => other,
     }
 }
 
-async fn reconcile_steps(
-    cluster: &RedisCluster,
-    ctx: &Context,
-    namespace: &str,
-) -> Result<Requeue> {
+async fn reconcile_steps(cluster: &RedisCluster, ctx: &Context, namespace: &str) -> Result<Requeue> {
     let name = cluster.name_any();
     // Kubernetes objects first: the Pods must exist before Redis can be asked.
     let password = apply::password(ctx, cluster, namespace).await?;
     let mut applied = Vec::new();
-    let objects = std::iter::once(resources::auth_secret(cluster, &password))
-        .chain(resources::desired_objects(cluster));
+    let objects =
+        std::iter::once(resources::auth_secret(cluster, &password)).chain(resources::desired_objects(cluster));
     for object in objects {
         let label = format!(
             "{} {}",
@@ -159,13 +122,7 @@ async fn reconcile_steps(
         }
     }
     if !applied.is_empty() {
-        ctx.event(
-            cluster,
-            EventType::Normal,
-            "Applied",
-            format!("applied {}", applied.join(", ")),
-        )
-        .await;
+        ctx.event(cluster, EventType::Normal, "Applied", format!("applied {}", applied.join(", "))).await;
     }
 
     let pods = observe::pods(ctx, namespace, &name).await?;
@@ -181,6 +138,10 @@ async fn reconcile_steps(
     let acted = act::act(&action, &observed.pods, &password, &cluster.spec.version).await;
     let status = report::build_status(cluster, &observed, &action, Timestamp::now());
     let converged = action == Action::Converged;
+    let labels = ClusterLabels { namespace: namespace.to_owned(), cluster: name.clone() };
+    ctx.metrics.slots_assigned.get_or_create(&labels).set(i64::from(status.slots_assigned));
+    ctx.metrics.nodes_ready.get_or_create(&labels).set(observed.redis.len() as i64);
+    ctx.metrics.cluster_state_ok.get_or_create(&labels).set(i64::from(status.cluster_state.as_deref() == Some("ok")));
     if converged && cluster.status.as_ref().and_then(|s| s.phase) != status.phase {
         ctx.event(
             cluster,
@@ -199,31 +160,17 @@ async fn reconcile_steps(
         None if !converged => tracing::debug!("waiting"),
         None => {}
     }
-    Ok(Requeue::requeue(if converged {
-        REQUEUE_CONVERGED
-    } else {
-        REQUEUE_WORKING
-    }))
+    Ok(Requeue::requeue(if converged { REQUEUE_CONVERGED } else { REQUEUE_WORKING }))
 }
 
-async fn write_status(
-    ctx: &Context,
-    cluster: &RedisCluster,
-    status: RedisClusterStatus,
-) -> Result<()> {
+async fn write_status(ctx: &Context, cluster: &RedisCluster, status: RedisClusterStatus) -> Result<()> {
     if cluster.status.as_ref() == Some(&status) {
         return Ok(());
     }
-    let api: Api<RedisCluster> =
-        Api::namespaced(ctx.client.clone(), &cluster.namespace().unwrap_or_default());
-    let patch =
-        json!({ "apiVersion": "slotkeeper.io/v1alpha1", "kind": "RedisCluster", "status": status });
-    api.patch_status(
-        &cluster.name_any(),
-        &PatchParams::apply(FIELD_MANAGER).force(),
-        &Patch::Apply(patch),
-    )
-    .await
-    .map_err(Error::kube("write status"))?;
+    let api: Api<RedisCluster> = Api::namespaced(ctx.client.clone(), &cluster.namespace().unwrap_or_default());
+    let patch = json!({ "apiVersion": "slotkeeper.io/v1alpha1", "kind": "RedisCluster", "status": status });
+    api.patch_status(&cluster.name_any(), &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(patch))
+        .await
+        .map_err(Error::kube("write status"))?;
     Ok(())
 }

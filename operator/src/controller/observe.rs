@@ -18,23 +18,12 @@ pub async fn pods(ctx: &Context, namespace: &str, cluster: &str) -> Result<Vec<P
         .list(&ListParams::default().labels(&format!("{LABEL_CLUSTER}={cluster}")))
         .await
         .map_err(Error::kube(format!("list Pods of {namespace}/{cluster}")))?;
-    Ok(list
-        .items
-        .iter()
-        .filter(|p| p.metadata.deletion_timestamp.is_none())
-        .filter_map(pod_fact)
-        .collect())
+    Ok(list.items.iter().filter(|p| p.metadata.deletion_timestamp.is_none()).filter_map(pod_fact).collect())
 }
 
 fn pod_fact(pod: &Pod) -> Option<PodFact> {
     let name = pod.metadata.name.clone()?;
-    let shard = pod
-        .metadata
-        .labels
-        .as_ref()?
-        .get(LABEL_SHARD)?
-        .parse()
-        .ok()?;
+    let shard = pod.metadata.labels.as_ref()?.get(LABEL_SHARD)?.parse().ok()?;
     let ordinal = name.rsplit_once('-')?.1.parse().ok()?;
     let status = pod.status.as_ref();
     let running = status.and_then(|s| s.phase.as_deref()) == Some("Running");
@@ -49,18 +38,15 @@ fn pod_fact(pod: &Pod) -> Option<PodFact> {
 
 /// Asks every Pod with an address, concurrently; unreachable ones are left out.
 pub async fn redis(pods: &[PodFact], password: &str) -> BTreeMap<String, RedisFact> {
-    let asks = pods
-        .iter()
-        .filter_map(|p| Some((p.name.clone(), p.ip.clone()?)))
-        .map(|(name, ip)| async move {
-            match ask(&ip, password).await {
-                Ok(fact) => Some((name, fact)),
-                Err(error) => {
-                    tracing::debug!(pod = %name, %error, "redis not reachable");
-                    None
-                }
+    let asks = pods.iter().filter_map(|p| Some((p.name.clone(), p.ip.clone()?))).map(|(name, ip)| async move {
+        match ask(&ip, password).await {
+            Ok(fact) => Some((name, fact)),
+            Err(error) => {
+                tracing::debug!(pod = %name, %error, "redis not reachable");
+                None
             }
-        });
+        }
+    });
     join_all(asks).await.into_iter().flatten().collect()
 }
 
@@ -70,19 +56,12 @@ async fn ask(ip: &str, password: &str) -> Result<RedisFact> {
     let info = node.cluster_info().await?;
     let server = node.info("server").await?;
     let replication = node.info("replication").await?;
-    let offset_field = if nodes.iter().any(|n| n.myself && n.master) {
-        "master_repl_offset"
-    } else {
-        "slave_repl_offset"
-    };
+    let offset_field =
+        if nodes.iter().any(|n| n.myself && n.master) { "master_repl_offset" } else { "slave_repl_offset" };
     Ok(RedisFact {
         nodes,
-        cluster_state: info_field(&info, "cluster_state")
-            .unwrap_or("unknown")
-            .to_owned(),
-        version: info_field(&server, "redis_version")
-            .unwrap_or("unknown")
-            .to_owned(),
+        cluster_state: info_field(&info, "cluster_state").unwrap_or("unknown").to_owned(),
+        version: info_field(&server, "redis_version").unwrap_or("unknown").to_owned(),
         replication_offset: info_field(&replication, offset_field).and_then(|v| v.parse().ok()),
     })
 }

@@ -28,17 +28,9 @@ pub fn build_status(
                 pod: pod.name.clone(),
                 ip: pod.ip.clone(),
                 node_id: me.map(|n| n.id.clone()),
-                role: me.map(|n| {
-                    if n.master {
-                        "master".into()
-                    } else {
-                        "replica".into()
-                    }
-                }),
+                role: me.map(|n| if n.master { "master".into() } else { "replica".into() }),
                 master_id: me.and_then(|n| n.master_id.clone()),
-                slots: me
-                    .map(|n| n.slots.iter().map(ToString::to_string).collect())
-                    .unwrap_or_default(),
+                slots: me.map(|n| n.slots.iter().map(ToString::to_string).collect()).unwrap_or_default(),
                 version: fact.map(|f| f.version.clone()),
                 // Raw offsets move with every replication ping, which would turn each
                 // resync into a status write; lag reporting comes with failover work.
@@ -47,48 +39,20 @@ pub fn build_status(
         })
         .collect();
     let myselves: Vec<_> = observed.redis.values().filter_map(|f| f.myself()).collect();
-    let ready_masters = myselves
-        .iter()
-        .filter(|n| n.master && !n.slots.is_empty())
-        .count() as i32;
-    let ready_replicas = myselves
-        .iter()
-        .filter(|n| !n.master && n.master_id.is_some())
-        .count() as i32;
-    let slots_assigned = myselves
-        .iter()
-        .map(|n| expand(&n.slots).len())
-        .sum::<usize>()
-        .min(SLOTS as usize) as i32;
-    let states: Vec<&str> = observed
-        .redis
-        .values()
-        .map(|f| f.cluster_state.as_str())
-        .collect();
+    let ready_masters = myselves.iter().filter(|n| n.master && !n.slots.is_empty()).count() as i32;
+    let ready_replicas = myselves.iter().filter(|n| !n.master && n.master_id.is_some()).count() as i32;
+    let slots_assigned = myselves.iter().map(|n| expand(&n.slots).len()).sum::<usize>().min(SLOTS as usize) as i32;
+    let states: Vec<&str> = observed.redis.values().map(|f| f.cluster_state.as_str()).collect();
     let cluster_state = if states.is_empty() {
         None
     } else if states.iter().all(|s| *s == "ok") {
         Some("ok".to_owned())
     } else {
-        Some(
-            states
-                .iter()
-                .find(|s| **s != "ok")
-                .copied()
-                .unwrap_or("unknown")
-                .to_owned(),
-        )
+        Some(states.iter().find(|s| **s != "ok").copied().unwrap_or("unknown").to_owned())
     };
-    let versions: std::collections::BTreeSet<&str> = observed
-        .redis
-        .values()
-        .map(|f| f.version.as_str())
-        .collect();
-    let current_version = if versions.len() == 1 {
-        versions.first().map(|v| v.to_string())
-    } else {
-        old.current_version.clone()
-    };
+    let versions: std::collections::BTreeSet<&str> = observed.redis.values().map(|f| f.version.as_str()).collect();
+    let current_version =
+        if versions.len() == 1 { versions.first().map(|v| v.to_string()) } else { old.current_version.clone() };
 
     let converged = *action == Action::Converged;
     let was_running = matches!(old.phase, Some(Phase::Running | Phase::Recovering));
@@ -103,16 +67,8 @@ pub fn build_status(
         &old,
         CONDITION_READY,
         converged,
-        if converged {
-            REASON_CLUSTER_HEALTHY
-        } else {
-            REASON_BOOTSTRAPPING
-        },
-        if converged {
-            "all slots served, every shard has its replicas".into()
-        } else {
-            message.clone()
-        },
+        if converged { REASON_CLUSTER_HEALTHY } else { REASON_BOOTSTRAPPING },
+        if converged { "all slots served, every shard has its replicas".into() } else { message.clone() },
         generation,
         now,
     );
@@ -120,16 +76,8 @@ pub fn build_status(
         &old,
         CONDITION_PROGRESSING,
         !converged,
-        if converged {
-            REASON_CONVERGED
-        } else {
-            REASON_BOOTSTRAPPING
-        },
-        if converged {
-            "nothing to do".into()
-        } else {
-            message.clone()
-        },
+        if converged { REASON_CONVERGED } else { REASON_BOOTSTRAPPING },
+        if converged { "nothing to do".into() } else { message.clone() },
         generation,
         now,
     );
@@ -137,16 +85,8 @@ pub fn build_status(
         &old,
         CONDITION_DEGRADED,
         !converged && was_running,
-        if !converged && was_running {
-            REASON_REDIS_UNREACHABLE
-        } else {
-            REASON_NONE
-        },
-        if !converged && was_running {
-            message.clone()
-        } else {
-            "no degradation".into()
-        },
+        if !converged && was_running { REASON_REDIS_UNREACHABLE } else { REASON_NONE },
+        if !converged && was_running { message.clone() } else { "no degradation".into() },
         generation,
         now,
     );
@@ -161,10 +101,7 @@ pub fn build_status(
         cluster_state,
         current_version,
         nodes,
-        step: (!converged).then(|| StepStatus {
-            name: step_name.into(),
-            progress: Some(message),
-        }),
+        step: (!converged).then(|| StepStatus { name: step_name.into(), progress: Some(message) }),
     }
 }
 
@@ -181,9 +118,7 @@ pub fn paused_status(cluster: &RedisCluster, now: Timestamp) -> RedisClusterStat
         generation,
         now,
     );
-    status
-        .conditions
-        .retain(|c| c.type_ != CONDITION_PROGRESSING);
+    status.conditions.retain(|c| c.type_ != CONDITION_PROGRESSING);
     status.conditions.push(progressing);
     status.observed_generation = generation;
     status
@@ -192,13 +127,8 @@ pub fn paused_status(cluster: &RedisCluster, now: Timestamp) -> RedisClusterStat
 fn describe(action: &Action) -> (&'static str, String) {
     match action {
         Action::Wait(reason) => ("Wait", reason.clone()),
-        Action::Meet { targets, .. } => (
-            "Meet",
-            format!("joining {} node(s) into the cluster", targets.len()),
-        ),
-        Action::AddSlots { shard, .. } => {
-            ("AssignSlots", format!("assigning slots to shard {shard}"))
-        }
+        Action::Meet { targets, .. } => ("Meet", format!("joining {} node(s) into the cluster", targets.len())),
+        Action::AddSlots { shard, .. } => ("AssignSlots", format!("assigning slots to shard {shard}")),
         Action::Replicate { pod, .. } => ("AttachReplica", format!("attaching replica {pod}")),
         Action::Converged => ("Converged", "converged".into()),
     }

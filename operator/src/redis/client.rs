@@ -18,11 +18,7 @@ pub enum RedisError {
     #[error("redis at {addr}: {command} timed out after {CALL_TIMEOUT:?}")]
     Timeout { addr: String, command: &'static str },
     #[error("redis at {addr}: {command} failed: {source}")]
-    Command {
-        addr: String,
-        command: &'static str,
-        source: redis::RedisError,
-    },
+    Command { addr: String, command: &'static str, source: redis::RedisError },
     #[error("redis at {addr}: {source}")]
     Parse { addr: String, source: ParseError },
 }
@@ -50,55 +46,30 @@ impl RedisNode {
     pub async fn connect(ip: &str, password: &str) -> Result<Self, RedisError> {
         let addr = format!("{ip}:{REDIS_PORT}");
         let url = format!("redis://:{}@{addr}/", encode(password));
-        let command_err = |source| RedisError::Command {
-            addr: addr.clone(),
-            command: "AUTH",
-            source,
-        };
+        let command_err = |source| RedisError::Command { addr: addr.clone(), command: "AUTH", source };
         let client = redis::Client::open(url).map_err(command_err)?;
-        let connection =
-            tokio::time::timeout(CALL_TIMEOUT, client.get_multiplexed_async_connection())
-                .await
-                .map_err(|_| RedisError::Timeout {
-                    addr: addr.clone(),
-                    command: "connect",
-                })?
-                .map_err(command_err)?;
+        let connection = tokio::time::timeout(CALL_TIMEOUT, client.get_multiplexed_async_connection())
+            .await
+            .map_err(|_| RedisError::Timeout { addr: addr.clone(), command: "connect" })?
+            .map_err(command_err)?;
         Ok(Self { addr, connection })
     }
 
-    async fn call<T: redis::FromRedisValue>(
-        &mut self,
-        name: &'static str,
-        cmd: &redis::Cmd,
-    ) -> Result<T, RedisError> {
+    async fn call<T: redis::FromRedisValue>(&mut self, name: &'static str, cmd: &redis::Cmd) -> Result<T, RedisError> {
         tokio::time::timeout(CALL_TIMEOUT, cmd.query_async(&mut self.connection))
             .await
-            .map_err(|_| RedisError::Timeout {
-                addr: self.addr.clone(),
-                command: name,
-            })?
-            .map_err(|source| RedisError::Command {
-                addr: self.addr.clone(),
-                command: name,
-                source,
-            })
+            .map_err(|_| RedisError::Timeout { addr: self.addr.clone(), command: name })?
+            .map_err(|source| RedisError::Command { addr: self.addr.clone(), command: name, source })
     }
 
     pub async fn cluster_nodes(&mut self) -> Result<Vec<ClusterNode>, RedisError> {
-        let text: String = self
-            .call("CLUSTER NODES", redis::cmd("CLUSTER").arg("NODES"))
-            .await?;
-        parse_cluster_nodes(&text).map_err(|source| RedisError::Parse {
-            addr: self.addr.clone(),
-            source,
-        })
+        let text: String = self.call("CLUSTER NODES", redis::cmd("CLUSTER").arg("NODES")).await?;
+        parse_cluster_nodes(&text).map_err(|source| RedisError::Parse { addr: self.addr.clone(), source })
     }
 
     /// A field of `CLUSTER INFO`, e.g. `cluster_state`.
     pub async fn cluster_info(&mut self) -> Result<String, RedisError> {
-        self.call("CLUSTER INFO", redis::cmd("CLUSTER").arg("INFO"))
-            .await
+        self.call("CLUSTER INFO", redis::cmd("CLUSTER").arg("INFO")).await
     }
 
     pub async fn info(&mut self, section: &'static str) -> Result<String, RedisError> {
@@ -106,18 +77,10 @@ impl RedisNode {
     }
 
     pub async fn meet(&mut self, ip: &str) -> Result<(), RedisError> {
-        self.call(
-            "CLUSTER MEET",
-            redis::cmd("CLUSTER").arg("MEET").arg(ip).arg(REDIS_PORT),
-        )
-        .await
+        self.call("CLUSTER MEET", redis::cmd("CLUSTER").arg("MEET").arg(ip).arg(REDIS_PORT)).await
     }
 
-    pub async fn add_slots(
-        &mut self,
-        ranges: &[SlotRange],
-        has_range_command: bool,
-    ) -> Result<(), RedisError> {
+    pub async fn add_slots(&mut self, ranges: &[SlotRange], has_range_command: bool) -> Result<(), RedisError> {
         if has_range_command {
             let mut cmd = redis::cmd("CLUSTER");
             cmd.arg("ADDSLOTSRANGE");
@@ -136,19 +99,13 @@ impl RedisNode {
     }
 
     pub async fn replicate(&mut self, master_id: &str) -> Result<(), RedisError> {
-        self.call(
-            "CLUSTER REPLICATE",
-            redis::cmd("CLUSTER").arg("REPLICATE").arg(master_id),
-        )
-        .await
+        self.call("CLUSTER REPLICATE", redis::cmd("CLUSTER").arg("REPLICATE").arg(master_id)).await
     }
 }
 
 /// The value of `field` in an INFO-style `key:value` text.
 pub fn info_field<'a>(text: &'a str, field: &str) -> Option<&'a str> {
-    text.lines()
-        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
-        .map(str::trim)
+    text.lines().find_map(|l| l.strip_prefix(field)?.strip_prefix(':')).map(str::trim)
 }
 
 #[cfg(test)]

@@ -40,11 +40,7 @@ pub struct SlotRange {
 
 impl std::fmt::Display for SlotRange {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        if self.start == self.end {
-            write!(f, "{}", self.start)
-        } else {
-            write!(f, "{}-{}", self.start, self.end)
-        }
+        if self.start == self.end { write!(f, "{}", self.start) } else { write!(f, "{}-{}", self.start, self.end) }
     }
 }
 
@@ -56,28 +52,18 @@ pub struct ParseError {
 }
 
 pub fn parse_cluster_nodes(text: &str) -> Result<Vec<ClusterNode>, ParseError> {
-    text.lines()
-        .filter(|l| !l.trim().is_empty())
-        .map(parse_line)
-        .collect()
+    text.lines().filter(|l| !l.trim().is_empty()).map(parse_line).collect()
 }
 
 fn parse_line(line: &str) -> Result<ClusterNode, ParseError> {
-    let err = |reason| ParseError {
-        line: line.to_owned(),
-        reason,
-    };
+    let err = |reason| ParseError { line: line.to_owned(), reason };
     let fields: Vec<&str> = line.split_whitespace().collect();
     if fields.len() < 8 {
         return Err(err("fewer than 8 fields"));
     }
     // ip:port@cport[,hostname]; the ip is empty for a node with no address yet.
     let ip = fields[1].split(['@', ',']).next().unwrap_or_default();
-    let ip = ip
-        .rsplit_once(':')
-        .map(|(host, _)| host)
-        .unwrap_or(ip)
-        .to_owned();
+    let ip = ip.rsplit_once(':').map(|(host, _)| host).unwrap_or(ip).to_owned();
     let flags: Vec<String> = fields[2].split(',').map(str::to_owned).collect();
     let myself = flags.iter().any(|f| f == "myself");
     let master = flags.iter().any(|f| f == "master");
@@ -86,11 +72,8 @@ fn parse_line(line: &str) -> Result<ClusterNode, ParseError> {
     let mut open_slots = Vec::new();
     for token in &fields[8..] {
         if let Some(inner) = token.strip_prefix('[') {
-            let slot = inner
-                .split(['-', ']'])
-                .next()
-                .and_then(|s| s.parse().ok())
-                .ok_or_else(|| err("bad open slot"))?;
+            let slot =
+                inner.split(['-', ']']).next().and_then(|s| s.parse().ok()).ok_or_else(|| err("bad open slot"))?;
             open_slots.push(slot);
             continue;
         }
@@ -127,10 +110,7 @@ pub fn shard_range(index: usize, shards: usize) -> SlotRange {
     let extra = total % shards;
     let start = index * base + index.min(extra);
     let len = base + usize::from(index < extra);
-    SlotRange {
-        start: start as u16,
-        end: (start + len - 1) as u16,
-    }
+    SlotRange { start: start as u16, end: (start + len - 1) as u16 }
 }
 
 /// Collapses a set of slots into sorted ranges.
@@ -139,10 +119,7 @@ pub fn to_ranges(slots: &BTreeSet<u16>) -> Vec<SlotRange> {
     for &slot in slots {
         match ranges.last_mut() {
             Some(last) if last.end + 1 == slot => last.end = slot,
-            _ => ranges.push(SlotRange {
-                start: slot,
-                end: slot,
-            }),
+            _ => ranges.push(SlotRange { start: slot, end: slot }),
         }
     }
     ranges
@@ -167,19 +144,10 @@ mod tests {
     fn parses_roles_slots_open_slots_and_flags() {
         let nodes = parse_cluster_nodes(NODES).unwrap();
         assert_eq!(nodes.len(), 4);
-        assert_eq!(
-            nodes[0].master_id.as_deref(),
-            Some("e7d1eecce10fd6bb5eb35b9f99a514335d9ba9ca")
-        );
+        assert_eq!(nodes[0].master_id.as_deref(), Some("e7d1eecce10fd6bb5eb35b9f99a514335d9ba9ca"));
         assert!(!nodes[0].master && nodes[0].slots.is_empty());
         assert!(nodes[1].myself && nodes[1].master && nodes[1].ip == "127.1.0.2");
-        assert_eq!(
-            nodes[1].slots,
-            vec![SlotRange {
-                start: 5461,
-                end: 10922
-            }]
-        );
+        assert_eq!(nodes[1].slots, vec![SlotRange { start: 5461, end: 10922 }]);
         assert_eq!(nodes[1].open_slots, vec![10923]);
         assert!(nodes[2].failing() && !nodes[2].connected && nodes[2].ip.is_empty());
         assert_eq!(nodes[2].slots.len(), 2);
@@ -204,30 +172,15 @@ mod tests {
             }
             assert_eq!(covered.len(), SLOTS as usize);
         }
-        assert_eq!(
-            shard_range(0, 3),
-            SlotRange {
-                start: 0,
-                end: 5461
-            }
-        );
-        assert_eq!(
-            shard_range(2, 3),
-            SlotRange {
-                start: 10923,
-                end: 16383
-            }
-        );
+        assert_eq!(shard_range(0, 3), SlotRange { start: 0, end: 5461 });
+        assert_eq!(shard_range(2, 3), SlotRange { start: 10923, end: 16383 });
     }
 
     #[test]
     fn ranges_round_trip() {
         let slots: BTreeSet<u16> = [1, 2, 3, 7, 9, 10].into();
         let ranges = to_ranges(&slots);
-        assert_eq!(
-            ranges.iter().map(ToString::to_string).collect::<Vec<_>>(),
-            ["1-3", "7", "9-10"]
-        );
+        assert_eq!(ranges.iter().map(ToString::to_string).collect::<Vec<_>>(), ["1-3", "7", "9-10"]);
         assert_eq!(expand(&ranges), slots);
     }
 }

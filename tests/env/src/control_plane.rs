@@ -32,26 +32,15 @@ pub enum ControlPlaneError {
     #[error("{0}")]
     MissingBinary(String),
     #[error("cannot prepare {path}: {source}")]
-    Io {
-        path: PathBuf,
-        source: std::io::Error,
-    },
+    Io { path: PathBuf, source: std::io::Error },
     #[error(transparent)]
     Pki(#[from] PkiError),
     #[error(transparent)]
     Process(#[from] ProcessError),
     #[error("cannot build a client from {kubeconfig}: {message}")]
-    Client {
-        kubeconfig: PathBuf,
-        message: String,
-    },
+    Client { kubeconfig: PathBuf, message: String },
     #[error("{component} failed: {reason}\n--- last lines of {log} ---\n{tail}")]
-    Component {
-        component: String,
-        reason: String,
-        log: PathBuf,
-        tail: String,
-    },
+    Component { component: String, reason: String, log: PathBuf, tail: String },
 }
 
 /// Tuning of the control plane; the defaults suit tests.
@@ -64,9 +53,7 @@ pub struct ControlPlaneOptions {
 
 impl Default for ControlPlaneOptions {
     fn default() -> Self {
-        Self {
-            node_monitor_grace_period: Duration::from_secs(16),
-        }
+        Self { node_monitor_grace_period: Duration::from_secs(16) }
     }
 }
 
@@ -84,10 +71,7 @@ pub struct ControlPlane {
 }
 
 fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> ControlPlaneError + '_ {
-    move |source| ControlPlaneError::Io {
-        path: path.to_owned(),
-        source,
-    }
+    move |source| ControlPlaneError::Io { path: path.to_owned(), source }
 }
 
 fn write(path: &Path, contents: &str) -> Result<(), ControlPlaneError> {
@@ -98,20 +82,11 @@ impl ControlPlane {
     /// Starts etcd, kube-apiserver, kube-controller-manager and kube-scheduler in
     /// `dir` and waits until the apiserver's `/readyz` passes and the controller
     /// manager has created the `default` ServiceAccount.
-    pub async fn start(
-        dir: &Path,
-        options: &ControlPlaneOptions,
-    ) -> Result<Self, ControlPlaneError> {
+    pub async fn start(dir: &Path, options: &ControlPlaneOptions) -> Result<Self, ControlPlaneError> {
         let started = Instant::now();
-        let bin = |name: &str| {
-            tools::control_plane_binary(name).map_err(ControlPlaneError::MissingBinary)
-        };
-        let (etcd_bin, apiserver_bin, kcm_bin, scheduler_bin) = (
-            bin("etcd")?,
-            bin("kube-apiserver")?,
-            bin("kube-controller-manager")?,
-            bin("kube-scheduler")?,
-        );
+        let bin = |name: &str| tools::control_plane_binary(name).map_err(ControlPlaneError::MissingBinary);
+        let (etcd_bin, apiserver_bin, kcm_bin, scheduler_bin) =
+            (bin("etcd")?, bin("kube-apiserver")?, bin("kube-controller-manager")?, bin("kube-scheduler")?);
         std::fs::create_dir_all(dir).map_err(io_err(dir))?;
         let pki = Pki::generate(dir)?;
         let tokens = Tokens::generate();
@@ -126,15 +101,11 @@ impl ControlPlane {
         let server = format!("https://127.0.0.1:{apiserver_port}");
         let kubeconfig = dir.join("kubeconfig");
         write(&kubeconfig, &kubeconfig_yaml(&server, &pki.ca_pem, &tokens))?;
-        for (component, user) in [
-            ("kube-controller-manager", "system:kube-controller-manager"),
-            ("kube-scheduler", "system:kube-scheduler"),
-        ] {
+        for (component, user) in
+            [("kube-controller-manager", "system:kube-controller-manager"), ("kube-scheduler", "system:kube-scheduler")]
+        {
             let path = dir.join(format!("{component}.kubeconfig"));
-            write(
-                &path,
-                &single_user_kubeconfig_yaml(&server, &pki.ca_pem, user, tokens.token_of(user)),
-            )?;
+            write(&path, &single_user_kubeconfig_yaml(&server, &pki.ca_pem, user, tokens.token_of(user)))?;
         }
 
         let mut plane = ControlPlane {
@@ -148,71 +119,51 @@ impl ControlPlane {
         };
 
         let etcd_data = dir.join("etcd");
-        plane.launch(
-            ProcessSpec::new("etcd", etcd_bin, dir.join("etcd.log")).args([
-                format!("--data-dir={}", etcd_data.display()),
-                "--name=default".into(),
-                format!("--listen-client-urls=http://127.0.0.1:{etcd_client}"),
-                format!("--advertise-client-urls=http://127.0.0.1:{etcd_client}"),
-                format!("--listen-peer-urls=http://127.0.0.1:{etcd_peer}"),
-                format!("--initial-advertise-peer-urls=http://127.0.0.1:{etcd_peer}"),
-                format!("--initial-cluster=default=http://127.0.0.1:{etcd_peer}"),
-                // Test data is disposable: skip fsync so etcd does not dominate test time.
-                "--unsafe-no-fsync".into(),
-                "--log-level=warn".into(),
-            ]),
-        )?;
+        plane.launch(ProcessSpec::new("etcd", etcd_bin, dir.join("etcd.log")).args([
+            format!("--data-dir={}", etcd_data.display()),
+            "--name=default".into(),
+            format!("--listen-client-urls=http://127.0.0.1:{etcd_client}"),
+            format!("--advertise-client-urls=http://127.0.0.1:{etcd_client}"),
+            format!("--listen-peer-urls=http://127.0.0.1:{etcd_peer}"),
+            format!("--initial-advertise-peer-urls=http://127.0.0.1:{etcd_peer}"),
+            format!("--initial-cluster=default=http://127.0.0.1:{etcd_peer}"),
+            // Test data is disposable: skip fsync so etcd does not dominate test time.
+            "--unsafe-no-fsync".into(),
+            "--log-level=warn".into(),
+        ]))?;
 
         let sa_key = plane.pki.service_account_key.display().to_string();
-        plane.launch(
-            ProcessSpec::new(
-                "kube-apiserver",
-                apiserver_bin,
-                dir.join("kube-apiserver.log"),
-            )
-            .args([
-                format!("--etcd-servers=http://127.0.0.1:{etcd_client}"),
-                "--bind-address=127.0.0.1".into(),
-                "--advertise-address=127.0.0.1".into(),
-                format!("--secure-port={apiserver_port}"),
-                format!("--tls-cert-file={}", plane.pki.serving_cert.display()),
-                format!("--tls-private-key-file={}", plane.pki.serving_key.display()),
-                format!("--client-ca-file={}", plane.pki.ca_cert.display()),
-                format!("--service-account-issuer={SERVICE_ACCOUNT_ISSUER}"),
-                format!(
-                    "--service-account-key-file={}",
-                    plane.pki.service_account_public_key.display()
-                ),
-                format!("--service-account-signing-key-file={sa_key}"),
-                format!("--api-audiences={SERVICE_ACCOUNT_ISSUER}"),
-                "--authorization-mode=RBAC".into(),
-                format!("--token-auth-file={}", token_file.display()),
-                format!("--audit-log-path={}", plane.audit_log.display()),
-                format!("--audit-policy-file={}", audit_policy.display()),
-                format!("--service-cluster-ip-range={SERVICE_CIDR}"),
-                "--allow-privileged=true".into(),
-                // Endpoints may not hold loopback addresses, so the `kubernetes`
-                // Service's endpoints are not maintained; nothing here routes to it.
-                "--endpoint-reconciler-type=none".into(),
-                "--profiling=false".into(),
-                "-v=1".into(),
-            ]),
-        )?;
+        plane.launch(ProcessSpec::new("kube-apiserver", apiserver_bin, dir.join("kube-apiserver.log")).args([
+            format!("--etcd-servers=http://127.0.0.1:{etcd_client}"),
+            "--bind-address=127.0.0.1".into(),
+            "--advertise-address=127.0.0.1".into(),
+            format!("--secure-port={apiserver_port}"),
+            format!("--tls-cert-file={}", plane.pki.serving_cert.display()),
+            format!("--tls-private-key-file={}", plane.pki.serving_key.display()),
+            format!("--client-ca-file={}", plane.pki.ca_cert.display()),
+            format!("--service-account-issuer={SERVICE_ACCOUNT_ISSUER}"),
+            format!("--service-account-key-file={}", plane.pki.service_account_public_key.display()),
+            format!("--service-account-signing-key-file={sa_key}"),
+            format!("--api-audiences={SERVICE_ACCOUNT_ISSUER}"),
+            "--authorization-mode=RBAC".into(),
+            format!("--token-auth-file={}", token_file.display()),
+            format!("--audit-log-path={}", plane.audit_log.display()),
+            format!("--audit-policy-file={}", audit_policy.display()),
+            format!("--service-cluster-ip-range={SERVICE_CIDR}"),
+            "--allow-privileged=true".into(),
+            // Endpoints may not hold loopback addresses, so the `kubernetes`
+            // Service's endpoints are not maintained; nothing here routes to it.
+            "--endpoint-reconciler-type=none".into(),
+            "--profiling=false".into(),
+            "-v=1".into(),
+        ]))?;
         plane.wait_until_ready().await?;
         plane.ready_after = started.elapsed();
 
-        let grace = format!(
-            "--node-monitor-grace-period={}s",
-            options.node_monitor_grace_period.as_secs()
-        );
+        let grace = format!("--node-monitor-grace-period={}s", options.node_monitor_grace_period.as_secs());
         let kcm_kubeconfig = dir.join("kube-controller-manager.kubeconfig");
         plane.launch(
-            ProcessSpec::new(
-                "kube-controller-manager",
-                kcm_bin,
-                dir.join("kube-controller-manager.log"),
-            )
-            .args([
+            ProcessSpec::new("kube-controller-manager", kcm_bin, dir.join("kube-controller-manager.log")).args([
                 format!("--kubeconfig={}", kcm_kubeconfig.display()),
                 "--leader-elect=false".into(),
                 "--secure-port=0".into(),
@@ -227,19 +178,12 @@ impl ControlPlane {
             ]),
         )?;
         let scheduler_kubeconfig = dir.join("kube-scheduler.kubeconfig");
-        plane.launch(
-            ProcessSpec::new(
-                "kube-scheduler",
-                scheduler_bin,
-                dir.join("kube-scheduler.log"),
-            )
-            .args([
-                format!("--kubeconfig={}", scheduler_kubeconfig.display()),
-                "--leader-elect=false".into(),
-                "--secure-port=0".into(),
-                "-v=1".into(),
-            ]),
-        )?;
+        plane.launch(ProcessSpec::new("kube-scheduler", scheduler_bin, dir.join("kube-scheduler.log")).args([
+            format!("--kubeconfig={}", scheduler_kubeconfig.display()),
+            "--leader-elect=false".into(),
+            "--secure-port=0".into(),
+            "-v=1".into(),
+        ]))?;
         plane.wait_for_controllers().await?;
         Ok(plane)
     }
@@ -269,19 +213,15 @@ impl ControlPlane {
         let deadline = Instant::now() + READY_TIMEOUT;
         loop {
             self.check_alive()?;
-            let request = http::Request::get("/readyz")
-                .body(Vec::new())
-                .expect("static request");
+            let request = http::Request::get("/readyz").body(Vec::new()).expect("static request");
             let last = match client.request_text(request).await {
                 Ok(body) if body.trim() == "ok" => return Ok(()),
                 Ok(body) => body,
                 Err(e) => e.to_string(),
             };
             if Instant::now() > deadline {
-                return Err(self.component_error(
-                    "kube-apiserver",
-                    format!("/readyz did not pass in {READY_TIMEOUT:?}: {last}"),
-                ));
+                return Err(self
+                    .component_error("kube-apiserver", format!("/readyz did not pass in {READY_TIMEOUT:?}: {last}")));
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
@@ -326,18 +266,11 @@ impl ControlPlane {
 
     /// A client acting as one of the token-file users (see [`TEST_USERS`]).
     pub async fn client_as(&self, user: &str) -> Result<Client, ControlPlaneError> {
-        let err = |message: String| ControlPlaneError::Client {
-            kubeconfig: self.kubeconfig.clone(),
-            message,
-        };
+        let err = |message: String| ControlPlaneError::Client { kubeconfig: self.kubeconfig.clone(), message };
         let kubeconfig = Kubeconfig::read_from(&self.kubeconfig).map_err(|e| err(e.to_string()))?;
-        let options = KubeConfigOptions {
-            context: Some(user.to_owned()),
-            ..Default::default()
-        };
-        let config = kube::Config::from_custom_kubeconfig(kubeconfig, &options)
-            .await
-            .map_err(|e| err(e.to_string()))?;
+        let options = KubeConfigOptions { context: Some(user.to_owned()), ..Default::default() };
+        let config =
+            kube::Config::from_custom_kubeconfig(kubeconfig, &options).await.map_err(|e| err(e.to_string()))?;
         Client::try_from(config).map_err(|e| err(e.to_string()))
     }
 
@@ -400,36 +333,22 @@ impl Tokens {
             (NODE_AGENT_USER, masters),
         ];
         users.extend(TEST_USERS.iter().map(|u| (*u, "")));
-        Self {
-            entries: users
-                .into_iter()
-                .map(|(user, groups)| (random_token(), user.to_owned(), groups))
-                .collect(),
-        }
+        Self { entries: users.into_iter().map(|(user, groups)| (random_token(), user.to_owned(), groups)).collect() }
     }
 
     fn csv(&self) -> String {
-        self.entries
-            .iter()
-            .map(|(token, user, groups)| format!("{token},{user},{user},\"{groups}\"\n"))
-            .collect()
+        self.entries.iter().map(|(token, user, groups)| format!("{token},{user},{user},\"{groups}\"\n")).collect()
     }
 
     fn token_of(&self, user: &str) -> &str {
-        self.entries
-            .iter()
-            .find(|(_, u, _)| u == user)
-            .map(|(t, _, _)| t.as_str())
-            .expect("known user")
+        self.entries.iter().find(|(_, u, _)| u == user).map(|(t, _, _)| t.as_str()).expect("known user")
     }
 }
 
 fn random_token() -> String {
     let mut bytes = [0u8; 24];
     use std::io::Read;
-    std::fs::File::open("/dev/urandom")
-        .and_then(|mut f| f.read_exact(&mut bytes))
-        .expect("/dev/urandom is readable");
+    std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut bytes)).expect("/dev/urandom is readable");
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
@@ -466,10 +385,6 @@ fn base64(text: &str) -> String {
 
 /// A port that was free on 127.0.0.1 a moment ago.
 pub fn free_port() -> Result<u16, ControlPlaneError> {
-    let listener =
-        std::net::TcpListener::bind("127.0.0.1:0").map_err(io_err(Path::new("127.0.0.1:0")))?;
-    Ok(listener
-        .local_addr()
-        .map_err(io_err(Path::new("127.0.0.1:0")))?
-        .port())
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").map_err(io_err(Path::new("127.0.0.1:0")))?;
+    Ok(listener.local_addr().map_err(io_err(Path::new("127.0.0.1:0")))?.port())
 }

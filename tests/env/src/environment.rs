@@ -11,9 +11,7 @@ use kube::{Api, Client};
 use nix::fcntl::{Flock, FlockArg};
 
 use crate::control_client;
-use crate::control_plane::{
-    ControlPlane, ControlPlaneError, ControlPlaneOptions, NODE_AGENT_USER, free_port,
-};
+use crate::control_plane::{ControlPlane, ControlPlaneError, ControlPlaneOptions, NODE_AGENT_USER, free_port};
 use crate::process::{ManagedProcess, ProcessSpec};
 use crate::tools;
 
@@ -29,11 +27,7 @@ pub struct EnvironmentOptions {
 
 impl Default for EnvironmentOptions {
     fn default() -> Self {
-        Self {
-            nodes: (1..=3).map(|i| format!("node-{i}")).collect(),
-            dir: None,
-            control_plane: Default::default(),
-        }
+        Self { nodes: (1..=3).map(|i| format!("node-{i}")).collect(), dir: None, control_plane: Default::default() }
     }
 }
 
@@ -52,10 +46,8 @@ impl Environment {
         let (dir, temp) = match &options.dir {
             Some(dir) => {
                 if dir.exists() {
-                    std::fs::remove_dir_all(dir).map_err(|source| ControlPlaneError::Io {
-                        path: dir.clone(),
-                        source,
-                    })?;
+                    std::fs::remove_dir_all(dir)
+                        .map_err(|source| ControlPlaneError::Io { path: dir.clone(), source })?;
                 }
                 (dir.clone(), None)
             }
@@ -63,39 +55,25 @@ impl Environment {
                 let temp = tempfile::Builder::new()
                     .prefix("slotkeeper-env-")
                     .tempdir()
-                    .map_err(|source| ControlPlaneError::Io {
-                        path: std::env::temp_dir(),
-                        source,
-                    })?;
+                    .map_err(|source| ControlPlaneError::Io { path: std::env::temp_dir(), source })?;
                 (temp.path().to_owned(), Some(temp))
             }
         };
-        let agent_bin = tools::workspace_binary("slotkeeper-node-agent")
-            .map_err(ControlPlaneError::MissingBinary)?;
+        let agent_bin = tools::workspace_binary("slotkeeper-node-agent").map_err(ControlPlaneError::MissingBinary)?;
         let (network_block, network_lock) = lock_network_block()?;
-        let control_plane =
-            ControlPlane::start(&dir.join("control-plane"), &options.control_plane).await?;
+        let control_plane = ControlPlane::start(&dir.join("control-plane"), &options.control_plane).await?;
         let control_port = free_port()?;
         let agent_dir = dir.join("node-agent");
-        std::fs::create_dir_all(&agent_dir).map_err(|source| ControlPlaneError::Io {
-            path: agent_dir.clone(),
-            source,
-        })?;
+        std::fs::create_dir_all(&agent_dir)
+            .map_err(|source| ControlPlaneError::Io { path: agent_dir.clone(), source })?;
         let agent = ManagedProcess::spawn(
-            ProcessSpec::new(
-                "slotkeeper-node-agent",
-                agent_bin,
-                dir.join("node-agent.log"),
-            )
-            .arg(format!(
-                "--kubeconfig={}",
-                control_plane.kubeconfig().display()
-            ))
-            .arg(format!("--context={NODE_AGENT_USER}"))
-            .arg(format!("--nodes={}", options.nodes.join(",")))
-            .arg(format!("--state-dir={}", agent_dir.display()))
-            .arg(format!("--network-block={network_block}"))
-            .arg(format!("--control-port={control_port}")),
+            ProcessSpec::new("slotkeeper-node-agent", agent_bin, dir.join("node-agent.log"))
+                .arg(format!("--kubeconfig={}", control_plane.kubeconfig().display()))
+                .arg(format!("--context={NODE_AGENT_USER}"))
+                .arg(format!("--nodes={}", options.nodes.join(",")))
+                .arg(format!("--state-dir={}", agent_dir.display()))
+                .arg(format!("--network-block={network_block}"))
+                .arg(format!("--control-port={control_port}")),
         )?;
         let mut env = Environment {
             agent,
@@ -117,20 +95,15 @@ impl Environment {
                 return Err(self.agent_error(format!("exited with {status}")));
             }
             self.control_plane.check_alive()?;
-            let ready = api.list(&Default::default()).await.map(|nodes| {
-                nodes
-                    .items
-                    .iter()
-                    .filter(|n| node_ready(n) == Some(true))
-                    .count()
-            });
+            let ready = api
+                .list(&Default::default())
+                .await
+                .map(|nodes| nodes.items.iter().filter(|n| node_ready(n) == Some(true)).count());
             if ready.as_ref().is_ok_and(|r| *r == self.nodes.len()) {
                 return Ok(());
             }
             if Instant::now() > deadline {
-                return Err(
-                    self.agent_error(format!("Nodes not Ready after 60 s ({ready:?} ready)"))
-                );
+                return Err(self.agent_error(format!("Nodes not Ready after 60 s ({ready:?} ready)")));
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
@@ -180,83 +153,43 @@ impl Environment {
     }
 
     /// The main process id of each running container of a Pod.
-    pub async fn pod_processes(
-        &self,
-        namespace: &str,
-        pod: &str,
-    ) -> Result<BTreeMap<String, u32>, String> {
-        let body = control_client::call(
-            self.control_port,
-            "GET",
-            &format!("/pods/{namespace}/{pod}"),
-        )
-        .await?;
+    pub async fn pod_processes(&self, namespace: &str, pod: &str) -> Result<BTreeMap<String, u32>, String> {
+        let body = control_client::call(self.control_port, "GET", &format!("/pods/{namespace}/{pod}")).await?;
         let value: serde_json::Value = serde_json::from_str(&body).map_err(|e| e.to_string())?;
         serde_json::from_value(value["containers"].clone()).map_err(|e| e.to_string())
     }
 
     /// Kills a container's process (SIGKILL), as a crash would.
-    pub async fn crash_container(
-        &self,
-        namespace: &str,
-        pod: &str,
-        container: &str,
-    ) -> Result<(), String> {
-        control_client::call(
-            self.control_port,
-            "POST",
-            &format!("/pods/{namespace}/{pod}/containers/{container}/kill"),
-        )
-        .await
-        .map(drop)
+    pub async fn crash_container(&self, namespace: &str, pod: &str, container: &str) -> Result<(), String> {
+        control_client::call(self.control_port, "POST", &format!("/pods/{namespace}/{pod}/containers/{container}/kill"))
+            .await
+            .map(drop)
     }
 
     /// SIGSTOP every container of the Pod.
     pub async fn freeze_pod(&self, namespace: &str, pod: &str) -> Result<(), String> {
-        control_client::call(
-            self.control_port,
-            "POST",
-            &format!("/pods/{namespace}/{pod}/freeze"),
-        )
-        .await
-        .map(drop)
+        control_client::call(self.control_port, "POST", &format!("/pods/{namespace}/{pod}/freeze")).await.map(drop)
     }
 
     /// SIGCONT every container of the Pod.
     pub async fn thaw_pod(&self, namespace: &str, pod: &str) -> Result<(), String> {
-        control_client::call(
-            self.control_port,
-            "POST",
-            &format!("/pods/{namespace}/{pod}/thaw"),
-        )
-        .await
-        .map(drop)
+        control_client::call(self.control_port, "POST", &format!("/pods/{namespace}/{pod}/thaw")).await.map(drop)
     }
 
     /// The Node goes down: its processes die, it reports `Ready=False` and its
     /// heartbeats stop, so the node-lifecycle controller takes over.
     pub async fn stop_node(&self, node: &str) -> Result<(), String> {
-        control_client::call(self.control_port, "POST", &format!("/nodes/{node}/stop"))
-            .await
-            .map(drop)
+        control_client::call(self.control_port, "POST", &format!("/nodes/{node}/stop")).await.map(drop)
     }
 
     pub async fn start_node(&self, node: &str) -> Result<(), String> {
-        control_client::call(self.control_port, "POST", &format!("/nodes/{node}/start"))
-            .await
-            .map(drop)
+        control_client::call(self.control_port, "POST", &format!("/nodes/{node}/start")).await.map(drop)
     }
 }
 
 /// The Node's Ready condition, if it has one.
 pub fn node_ready(node: &Node) -> Option<bool> {
-    node.status
-        .as_ref()?
-        .conditions
-        .as_ref()?
-        .iter()
-        .find(|c| c.type_ == "Ready")
-        .map(|c| c.status == "True")
+    node.status.as_ref()?.conditions.as_ref()?.iter().find(|c| c.type_ == "Ready").map(|c| c.status == "True")
 }
 
 /// Picks a free /16 of 127.0.0.0/8 for Pod addresses, held with a file lock
@@ -266,10 +199,7 @@ fn lock_network_block() -> Result<(u8, Flock<File>), ControlPlaneError> {
     for offset in 0..254u8 {
         let block = 1 + (start.wrapping_add(offset) % 254);
         let path = std::env::temp_dir().join(format!("slotkeeper-net-127.{block}.lock"));
-        let file = File::create(&path).map_err(|source| ControlPlaneError::Io {
-            path: path.clone(),
-            source,
-        })?;
+        let file = File::create(&path).map_err(|source| ControlPlaneError::Io { path: path.clone(), source })?;
         if let Ok(lock) = Flock::lock(file, FlockArg::LockExclusiveNonblock) {
             return Ok((block, lock));
         }

@@ -9,15 +9,9 @@ use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair, 
 #[derive(Debug, thiserror::Error)]
 pub enum PkiError {
     #[error("cannot generate {what}: {source}")]
-    Generate {
-        what: &'static str,
-        source: rcgen::Error,
-    },
+    Generate { what: &'static str, source: rcgen::Error },
     #[error("cannot write {path}: {source}")]
-    Write {
-        path: PathBuf,
-        source: std::io::Error,
-    },
+    Write { path: PathBuf, source: std::io::Error },
 }
 
 /// Paths of the PEM files written into the environment's directory.
@@ -36,36 +30,18 @@ impl Pki {
         let gen_err = |what| move |source| PkiError::Generate { what, source };
         let ca_key = KeyPair::generate().map_err(gen_err("CA key"))?;
         let mut ca_params = CertificateParams::new(Vec::<String>::new()).map_err(gen_err("CA"))?;
-        ca_params
-            .distinguished_name
-            .push(DnType::CommonName, "slotkeeper-local-ca");
+        ca_params.distinguished_name.push(DnType::CommonName, "slotkeeper-local-ca");
         ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        ca_params.key_usages = vec![
-            KeyUsagePurpose::KeyCertSign,
-            KeyUsagePurpose::DigitalSignature,
-        ];
-        let ca_cert = ca_params
-            .self_signed(&ca_key)
-            .map_err(gen_err("CA certificate"))?;
+        ca_params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::DigitalSignature];
+        let ca_cert = ca_params.self_signed(&ca_key).map_err(gen_err("CA certificate"))?;
         let issuer = Issuer::new(ca_params, ca_key);
 
         let serving_key = KeyPair::generate().map_err(gen_err("serving key"))?;
-        let names = [
-            "localhost",
-            "127.0.0.1",
-            "kubernetes",
-            "kubernetes.default",
-            "kubernetes.default.svc",
-        ];
-        let mut serving_params =
-            CertificateParams::new(names.iter().map(|s| s.to_string()).collect::<Vec<_>>())
-                .map_err(gen_err("serving"))?;
-        serving_params
-            .distinguished_name
-            .push(DnType::CommonName, "kube-apiserver");
-        let serving_cert = serving_params
-            .signed_by(&serving_key, &issuer)
-            .map_err(gen_err("serving certificate"))?;
+        let names = ["localhost", "127.0.0.1", "kubernetes", "kubernetes.default", "kubernetes.default.svc"];
+        let mut serving_params = CertificateParams::new(names.iter().map(|s| s.to_string()).collect::<Vec<_>>())
+            .map_err(gen_err("serving"))?;
+        serving_params.distinguished_name.push(DnType::CommonName, "kube-apiserver");
+        let serving_cert = serving_params.signed_by(&serving_key, &issuer).map_err(gen_err("serving certificate"))?;
 
         let sa_key = KeyPair::generate().map_err(gen_err("service-account key"))?;
 
@@ -87,8 +63,5 @@ impl Pki {
 }
 
 fn write(path: &Path, contents: &str) -> Result<(), PkiError> {
-    std::fs::write(path, contents).map_err(|source| PkiError::Write {
-        path: path.to_owned(),
-        source,
-    })
+    std::fs::write(path, contents).map_err(|source| PkiError::Write { path: path.to_owned(), source })
 }

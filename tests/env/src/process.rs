@@ -27,16 +27,9 @@ pub const TEST_RUN_MARKER: &str = "SLOTKEEPER_TEST_RUN";
 #[derive(Debug, thiserror::Error)]
 pub enum ProcessError {
     #[error("cannot create log file {path}: {source}")]
-    Log {
-        path: PathBuf,
-        source: std::io::Error,
-    },
+    Log { path: PathBuf, source: std::io::Error },
     #[error("cannot start {name} ({program}): {source}")]
-    Spawn {
-        name: String,
-        program: PathBuf,
-        source: std::io::Error,
-    },
+    Spawn { name: String, program: PathBuf, source: std::io::Error },
 }
 
 /// What to start: a program, its arguments and extra environment.
@@ -50,11 +43,7 @@ pub struct ProcessSpec {
 }
 
 impl ProcessSpec {
-    pub fn new(
-        name: impl Into<String>,
-        program: impl Into<PathBuf>,
-        log_path: impl Into<PathBuf>,
-    ) -> Self {
+    pub fn new(name: impl Into<String>, program: impl Into<PathBuf>, log_path: impl Into<PathBuf>) -> Self {
         Self {
             name: name.into(),
             program: program.into(),
@@ -113,14 +102,9 @@ fn spawner() -> &'static Mutex<mpsc::Sender<SpawnRequest>> {
 
 impl ManagedProcess {
     pub fn spawn(spec: ProcessSpec) -> Result<Self, ProcessError> {
-        let log = File::create(&spec.log_path).map_err(|source| ProcessError::Log {
-            path: spec.log_path.clone(),
-            source,
-        })?;
-        let log_err = log.try_clone().map_err(|source| ProcessError::Log {
-            path: spec.log_path.clone(),
-            source,
-        })?;
+        let log =
+            File::create(&spec.log_path).map_err(|source| ProcessError::Log { path: spec.log_path.clone(), source })?;
+        let log_err = log.try_clone().map_err(|source| ProcessError::Log { path: spec.log_path.clone(), source })?;
         let mut command = Command::new("setpriv");
         command
             .args(["--pdeathsig", "KILL", "--"])
@@ -132,11 +116,8 @@ impl ManagedProcess {
             .stderr(log_err)
             .process_group(0);
         let (reply_tx, reply_rx) = mpsc::channel();
-        let spawn_error = |source| ProcessError::Spawn {
-            name: spec.name.clone(),
-            program: spec.program.clone(),
-            source,
-        };
+        let spawn_error =
+            |source| ProcessError::Spawn { name: spec.name.clone(), program: spec.program.clone(), source };
         spawner()
             .lock()
             .expect("spawner lock")
@@ -146,11 +127,7 @@ impl ManagedProcess {
             .recv()
             .map_err(|_| spawn_error(std::io::Error::other("spawner thread is gone")))?
             .map_err(spawn_error)?;
-        Ok(Self {
-            name: spec.name,
-            child,
-            log_path: spec.log_path,
-        })
+        Ok(Self { name: spec.name, child, log_path: spec.log_path })
     }
 
     pub fn name(&self) -> &str {

@@ -14,13 +14,9 @@ pub fn repo_root() -> PathBuf {
 /// A control-plane binary (`etcd`, `kube-apiserver`, ..., `kubectl`) built by
 /// `tests/k8s/build.sh`.
 pub fn control_plane_binary(name: &str) -> Result<PathBuf, String> {
-    let dir = std::env::var_os("SLOTKEEPER_K8S_BIN")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| repo_root().join("target/k8s/bin"));
-    existing(
-        dir.join(name),
-        "run tests/setup.sh (it builds the control plane with tests/k8s/build.sh)",
-    )
+    let dir =
+        std::env::var_os("SLOTKEEPER_K8S_BIN").map(PathBuf::from).unwrap_or_else(|| repo_root().join("target/k8s/bin"));
+    existing(dir.join(name), "run tests/setup.sh (it builds the control plane with tests/k8s/build.sh)")
 }
 
 /// A binary of this workspace (the node agent, the operator), looked up beside
@@ -28,13 +24,9 @@ pub fn control_plane_binary(name: &str) -> Result<PathBuf, String> {
 pub fn workspace_binary(name: &str) -> Result<PathBuf, String> {
     let override_var = format!("SLOTKEEPER_BIN_{}", name.to_uppercase().replace('-', "_"));
     if let Some(path) = std::env::var_os(&override_var) {
-        return existing(
-            PathBuf::from(path),
-            &format!("{override_var} points at a missing file"),
-        );
+        return existing(PathBuf::from(path), &format!("{override_var} points at a missing file"));
     }
-    let exe =
-        std::env::current_exe().map_err(|e| format!("cannot find the running executable: {e}"))?;
+    let exe = std::env::current_exe().map_err(|e| format!("cannot find the running executable: {e}"))?;
     let mut dir = exe.parent();
     while let Some(d) = dir {
         let candidate = d.join(name);
@@ -53,9 +45,5 @@ pub fn workspace_binary(name: &str) -> Result<PathBuf, String> {
 }
 
 fn existing(path: PathBuf, hint: &str) -> Result<PathBuf, String> {
-    if path.is_file() {
-        Ok(path)
-    } else {
-        Err(format!("{} does not exist: {hint}", path.display()))
-    }
+    if path.is_file() { Ok(path) } else { Err(format!("{} does not exist: {hint}", path.display())) }
 }

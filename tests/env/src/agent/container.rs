@@ -55,19 +55,13 @@ impl Launch {
             command.env(crate::process::TEST_RUN_MARKER, marker);
         }
         command.envs(self.env.iter().map(|(k, v)| (k, v)));
-        command
-            .process_group(0)
-            .kill_on_drop(true)
-            .stdin(Stdio::null());
+        command.process_group(0).kill_on_drop(true).stdin(Stdio::null());
         command
     }
 
     /// Starts the container's main process.
     pub fn spawn(&self) -> std::io::Result<tokio::process::Child> {
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&self.log_path)?;
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(&self.log_path)?;
         let mut command = self.base_command("unshare");
         command
             .args([
@@ -91,10 +85,7 @@ impl Launch {
     /// `probe.log` beside the container's own output.
     pub fn exec(&self, pid: u32, argv: &[String]) -> std::io::Result<tokio::process::Child> {
         let log_path = self.log_path.with_file_name("probe.log");
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(log_path)?;
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(log_path)?;
         let mut command = self.base_command("nsenter");
         command
             .arg(format!("--target={pid}"))
@@ -146,28 +137,16 @@ mod tests {
             argv: vec!["redis-server".into()],
             env: vec![],
             mounts: vec![
-                Mount {
-                    source: "/v/conf".into(),
-                    target: "/etc/redis/conf.d".into(),
-                    read_only: true,
-                },
-                Mount {
-                    source: "/v/it's".into(),
-                    target: "/etc/redis".into(),
-                    read_only: false,
-                },
+                Mount { source: "/v/conf".into(), target: "/etc/redis/conf.d".into(), read_only: true },
+                Mount { source: "/v/it's".into(), target: "/etc/redis".into(), read_only: false },
             ],
             working_dir: "/w".into(),
             bin_dir: "/b".into(),
             log_path: "/l".into(),
         };
         let script = launch.mount_script();
-        let parent = script
-            .find("mount --bind '/v/it'\\''s' '/etc/redis'\n")
-            .expect("parent mount");
-        let child = script
-            .find("mount --bind '/v/conf' '/etc/redis/conf.d'")
-            .expect("child mount");
+        let parent = script.find("mount --bind '/v/it'\\''s' '/etc/redis'\n").expect("parent mount");
+        let child = script.find("mount --bind '/v/conf' '/etc/redis/conf.d'").expect("child mount");
         assert!(parent < child, "{script}");
         assert!(script.contains("mount -o remount,bind,ro '/etc/redis/conf.d'"));
         assert!(script.ends_with("cd '/w'\nexec \"$@\"\n"));

@@ -23,10 +23,7 @@ type Reply = Result<Json<serde_json::Value>, (StatusCode, String)>;
 pub async fn serve(ctx: Arc<AgentContext>, port: u16) -> anyhow::Result<()> {
     let app = Router::new()
         .route("/pods/{ns}/{pod}", get(pod_processes))
-        .route(
-            "/pods/{ns}/{pod}/containers/{container}/kill",
-            post(kill_container),
-        )
+        .route("/pods/{ns}/{pod}/containers/{container}/kill", post(kill_container))
         .route("/pods/{ns}/{pod}/freeze", post(freeze))
         .route("/pods/{ns}/{pod}/thaw", post(thaw))
         .route("/nodes/{node}/stop", post(stop_node))
@@ -37,34 +34,23 @@ pub async fn serve(ctx: Arc<AgentContext>, port: u16) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn containers_of(
-    ctx: &AgentContext,
-    ns: &str,
-    pod: &str,
-) -> Result<BTreeMap<String, u32>, (StatusCode, String)> {
+fn containers_of(ctx: &AgentContext, ns: &str, pod: &str) -> Result<BTreeMap<String, u32>, (StatusCode, String)> {
     let pods = ctx.pods.lock().unwrap();
-    let handle = pods.get(&(ns.to_owned(), pod.to_owned())).ok_or((
-        StatusCode::NOT_FOUND,
-        format!("pod {ns}/{pod} is not running on this agent"),
-    ))?;
+    let handle = pods
+        .get(&(ns.to_owned(), pod.to_owned()))
+        .ok_or((StatusCode::NOT_FOUND, format!("pod {ns}/{pod} is not running on this agent")))?;
     Ok(handle.containers.lock().unwrap().clone())
 }
 
 fn signal_all(containers: &BTreeMap<String, u32>, signal: Signal) -> Reply {
     for pid in containers.values() {
-        killpg(Pid::from_raw(*pid as i32), signal)
-            .map_err(|e| (StatusCode::CONFLICT, format!("{signal}: {e}")))?;
+        killpg(Pid::from_raw(*pid as i32), signal).map_err(|e| (StatusCode::CONFLICT, format!("{signal}: {e}")))?;
     }
     Ok(Json(serde_json::json!({ "signalled": containers })))
 }
 
-async fn pod_processes(
-    State(ctx): State<Arc<AgentContext>>,
-    Path((ns, pod)): Path<(String, String)>,
-) -> Reply {
-    Ok(Json(
-        serde_json::json!({ "containers": containers_of(&ctx, &ns, &pod)? }),
-    ))
+async fn pod_processes(State(ctx): State<Arc<AgentContext>>, Path((ns, pod)): Path<(String, String)>) -> Reply {
+    Ok(Json(serde_json::json!({ "containers": containers_of(&ctx, &ns, &pod)? })))
 }
 
 async fn kill_container(
@@ -72,24 +58,17 @@ async fn kill_container(
     Path((ns, pod, container)): Path<(String, String, String)>,
 ) -> Reply {
     let containers = containers_of(&ctx, &ns, &pod)?;
-    let pid = containers.get(&container).ok_or((
-        StatusCode::NOT_FOUND,
-        format!("container {container} of {ns}/{pod} is not running"),
-    ))?;
+    let pid = containers
+        .get(&container)
+        .ok_or((StatusCode::NOT_FOUND, format!("container {container} of {ns}/{pod} is not running")))?;
     signal_all(&BTreeMap::from([(container, *pid)]), Signal::SIGKILL)
 }
 
-async fn freeze(
-    State(ctx): State<Arc<AgentContext>>,
-    Path((ns, pod)): Path<(String, String)>,
-) -> Reply {
+async fn freeze(State(ctx): State<Arc<AgentContext>>, Path((ns, pod)): Path<(String, String)>) -> Reply {
     signal_all(&containers_of(&ctx, &ns, &pod)?, Signal::SIGSTOP)
 }
 
-async fn thaw(
-    State(ctx): State<Arc<AgentContext>>,
-    Path((ns, pod)): Path<(String, String)>,
-) -> Reply {
+async fn thaw(State(ctx): State<Arc<AgentContext>>, Path((ns, pod)): Path<(String, String)>) -> Reply {
     signal_all(&containers_of(&ctx, &ns, &pod)?, Signal::SIGCONT)
 }
 
@@ -97,10 +76,7 @@ fn known_node(ctx: &AgentContext, node: &str) -> Result<(), (StatusCode, String)
     if ctx.nodes.contains_key(node) {
         Ok(())
     } else {
-        Err((
-            StatusCode::NOT_FOUND,
-            format!("node {node} is not run by this agent"),
-        ))
+        Err((StatusCode::NOT_FOUND, format!("node {node} is not run by this agent")))
     }
 }
 

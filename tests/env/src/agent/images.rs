@@ -32,10 +32,10 @@ pub struct ResolvedImage {
 impl ImageTable {
     /// Loads the table; relative executable paths resolve against `root`.
     pub fn load(path: &Path, root: &Path) -> Result<Self, String> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| format!("cannot read image table {}: {e}", path.display()))?;
-        let mut table: ImageTable = serde_json::from_str(&text)
-            .map_err(|e| format!("image table {} is invalid: {e}", path.display()))?;
+        let text =
+            std::fs::read_to_string(path).map_err(|e| format!("cannot read image table {}: {e}", path.display()))?;
+        let mut table: ImageTable =
+            serde_json::from_str(&text).map_err(|e| format!("image table {} is invalid: {e}", path.display()))?;
         table.root = root.to_owned();
         Ok(table)
     }
@@ -43,24 +43,13 @@ impl ImageTable {
     /// The image's executables, or the reason it cannot be pulled.
     pub fn resolve(&self, image: &str) -> Result<ResolvedImage, String> {
         let name = normalize(image);
-        let entry = self
-            .images
-            .iter()
-            .find(|e| glob_match(&e.pattern, &name))
-            .ok_or_else(|| {
-                let known: Vec<&str> = self.images.iter().map(|e| e.pattern.as_str()).collect();
-                format!(
-                    "image {image:?} is not in the node agent's image table (known: {})",
-                    known.join(", ")
-                )
-            })?;
+        let entry = self.images.iter().find(|e| glob_match(&e.pattern, &name)).ok_or_else(|| {
+            let known: Vec<&str> = self.images.iter().map(|e| e.pattern.as_str()).collect();
+            format!("image {image:?} is not in the node agent's image table (known: {})", known.join(", "))
+        })?;
         let mut binaries = BTreeMap::new();
         for (command, path) in &entry.binaries {
-            let path = if path.is_absolute() {
-                path.clone()
-            } else {
-                self.root.join(path)
-            };
+            let path = if path.is_absolute() { path.clone() } else { self.root.join(path) };
             if !path.is_file() {
                 return Err(format!(
                     "image {image:?} maps {command} to {}, which does not exist: run tests/setup.sh",
@@ -69,21 +58,14 @@ impl ImageTable {
             }
             binaries.insert(command.clone(), path);
         }
-        Ok(ResolvedImage {
-            entrypoint: entry.entrypoint.clone(),
-            binaries,
-        })
+        Ok(ResolvedImage { entrypoint: entry.entrypoint.clone(), binaries })
     }
 }
 
 fn normalize(image: &str) -> String {
     let image = image.strip_prefix("docker.io/").unwrap_or(image);
     let image = image.strip_prefix("library/").unwrap_or(image);
-    if image
-        .rsplit('/')
-        .next()
-        .is_some_and(|last| last.contains(':'))
-    {
+    if image.rsplit('/').next().is_some_and(|last| last.contains(':')) {
         image.to_owned()
     } else {
         format!("{image}:latest")
@@ -98,9 +80,7 @@ fn glob_match(pattern: &str, text: &str) -> bool {
             let Some(remaining) = text.strip_prefix(head) else {
                 return false;
             };
-            (0..=remaining.len())
-                .filter(|i| remaining.is_char_boundary(*i))
-                .any(|i| glob_match(rest, &remaining[i..]))
+            (0..=remaining.len()).filter(|i| remaining.is_char_boundary(*i)).any(|i| glob_match(rest, &remaining[i..]))
         }
     }
 }
@@ -112,10 +92,7 @@ mod tests {
     #[test]
     fn patterns_match_tags_and_registry_prefixes() {
         assert!(glob_match("redis:7.0.*", &normalize("redis:7.0.15")));
-        assert!(glob_match(
-            "redis:7.0.*",
-            &normalize("docker.io/library/redis:7.0.15")
-        ));
+        assert!(glob_match("redis:7.0.*", &normalize("docker.io/library/redis:7.0.15")));
         assert!(!glob_match("redis:7.0.*", &normalize("redis:7.2.4")));
         assert!(!glob_match("redis:7.0.*", &normalize("redis")));
         assert_eq!(normalize("busybox"), "busybox:latest");
@@ -124,17 +101,10 @@ mod tests {
     #[test]
     fn unknown_image_names_the_known_ones() {
         let table = ImageTable {
-            images: vec![ImageEntry {
-                pattern: "redis:7.0.*".into(),
-                entrypoint: vec![],
-                binaries: BTreeMap::new(),
-            }],
+            images: vec![ImageEntry { pattern: "redis:7.0.*".into(), entrypoint: vec![], binaries: BTreeMap::new() }],
             root: PathBuf::from("/"),
         };
         let err = table.resolve("nginx:1.25").unwrap_err();
-        assert!(
-            err.contains("nginx:1.25") && err.contains("redis:7.0.*"),
-            "{err}"
-        );
+        assert!(err.contains("nginx:1.25") && err.contains("redis:7.0.*"), "{err}");
     }
 }

@@ -71,10 +71,7 @@ pub struct AgentContext {
 
 impl AgentContext {
     pub fn node_ip(&self, node: &str) -> Ipv4Addr {
-        self.network
-            .lock()
-            .unwrap()
-            .node_ip(self.nodes.get(node).copied().unwrap_or(0))
+        self.network.lock().unwrap().node_ip(self.nodes.get(node).copied().unwrap_or(0))
     }
 
     pub fn is_node_stopped(&self, node: &str) -> bool {
@@ -84,12 +81,8 @@ impl AgentContext {
 
 /// Runs the agent until the Pod watch ends or a task fails.
 pub async fn run(client: Client, config: AgentConfig, apiserver: &http::Uri) -> anyhow::Result<()> {
-    let nodes: BTreeMap<String, u8> = config
-        .nodes
-        .iter()
-        .enumerate()
-        .map(|(i, n)| (n.clone(), (i + 1) as u8))
-        .collect();
+    let nodes: BTreeMap<String, u8> =
+        config.nodes.iter().enumerate().map(|(i, n)| (n.clone(), (i + 1) as u8)).collect();
     let ctx = Arc::new(AgentContext {
         client: client.clone(),
         state_dir: config.state_dir.clone(),
@@ -104,10 +97,7 @@ pub async fn run(client: Client, config: AgentConfig, apiserver: &http::Uri) -> 
     nodes::register(&ctx).await?;
     provisioner::ensure_storage_class(&client).await?;
     let heartbeats = tokio::spawn(nodes::heartbeat_loop(ctx.clone()));
-    let provisioner = tokio::spawn(provisioner::run(
-        client.clone(),
-        ctx.state_dir.join("volumes"),
-    ));
+    let provisioner = tokio::spawn(provisioner::run(client.clone(), ctx.state_dir.join("volumes")));
     let control = tokio::spawn(control::serve(ctx.clone(), config.control_port));
     tokio::select! {
         result = watch_pods(ctx.clone()) => result,
@@ -163,11 +153,7 @@ async fn watch_pods(ctx: Arc<AgentContext>) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn dispatch(
-    ctx: &Arc<AgentContext>,
-    senders: &mut HashMap<String, watch::Sender<Option<Pod>>>,
-    pod: Pod,
-) {
+fn dispatch(ctx: &Arc<AgentContext>, senders: &mut HashMap<String, watch::Sender<Option<Pod>>>, pod: Pod) {
     let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.clone()) else {
         return;
     };

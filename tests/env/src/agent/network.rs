@@ -17,11 +17,7 @@ const CAPACITY: u32 = 255 * 254;
 
 impl PodNetwork {
     pub fn new(block: u8) -> Self {
-        Self {
-            block,
-            next: 0,
-            in_use: BTreeSet::new(),
-        }
+        Self { block, next: 0, in_use: BTreeSet::new() }
     }
 
     pub fn block(&self) -> u8 {

@@ -66,15 +66,11 @@ pub async fn post_status(ctx: &AgentContext, name: &str, ready: bool) -> kube::R
     let api: Api<Node> = Api::all(ctx.client.clone());
     let now = Time(Timestamp::now());
     let ip = ctx.node_ip(name).to_string();
-    let resources =
-        json!({ "cpu": "8", "memory": "16Gi", "pods": "110", "ephemeral-storage": "100Gi" });
+    let resources = json!({ "cpu": "8", "memory": "16Gi", "pods": "110", "ephemeral-storage": "100Gi" });
     let (reason, message) = if ready {
         ("KubeletReady", "node agent is posting ready status")
     } else {
-        (
-            "NodeStopped",
-            "node stopped by the node agent (fault injection)",
-        )
+        ("NodeStopped", "node stopped by the node agent (fault injection)")
     };
     let status = json!({
         "apiVersion": "v1",
@@ -103,9 +99,7 @@ pub async fn post_status(ctx: &AgentContext, name: &str, ready: bool) -> kube::R
     // Conditions carry a fresh heartbeat time on every write; transition times
     // are kept by the apiserver only if we keep them, which a heartbeat every
     // 10 s makes harmless for this environment's purposes.
-    api.patch_status(name, &apply(), &Patch::Apply(status))
-        .await
-        .map(|_| ())
+    api.patch_status(name, &apply(), &Patch::Apply(status)).await.map(|_| ())
 }
 
 async fn renew_lease(ctx: &AgentContext, name: &str) -> kube::Result<()> {
@@ -120,9 +114,7 @@ async fn renew_lease(ctx: &AgentContext, name: &str) -> kube::Result<()> {
             "renewTime": MicroTime(Timestamp::now()),
         },
     });
-    api.patch(name, &apply(), &Patch::Apply(lease))
-        .await
-        .map(|_| ())
+    api.patch(name, &apply(), &Patch::Apply(lease)).await.map(|_| ())
 }
 
 /// Keeps every running Node alive; a Node just stopped gets one last

@@ -51,11 +51,7 @@ impl ProbeTracker {
     /// when the verdict changed.
     pub fn poll(&mut self, now: Instant, target: &ProbeTarget) -> bool {
         let before = self.verdict;
-        if let Some(result) = self
-            .in_flight
-            .as_mut()
-            .and_then(|handle| handle.now_or_never())
-        {
+        if let Some(result) = self.in_flight.as_mut().and_then(|handle| handle.now_or_never()) {
             self.in_flight = None;
             self.record(result.unwrap_or(false));
         }
@@ -105,12 +101,7 @@ pub async fn run_probe(probe: Probe, target: ProbeTarget) -> bool {
                 .flatten()
                 .filter_map(|v| v.value.clone().map(|value| (v.name.clone(), value)))
                 .collect();
-            let argv: Vec<String> = exec
-                .command
-                .iter()
-                .flatten()
-                .map(|a| super::expand::expand(a, &statics))
-                .collect();
+            let argv: Vec<String> = exec.command.iter().flatten().map(|a| super::expand::expand(a, &statics)).collect();
             let Ok(mut child) = target.launch.exec(target.pid, &argv) else {
                 return false;
             };
@@ -176,11 +167,7 @@ mod tests {
     use super::*;
 
     fn tracker(success: i32, failure: i32) -> ProbeTracker {
-        let probe = Probe {
-            success_threshold: Some(success),
-            failure_threshold: Some(failure),
-            ..Default::default()
-        };
+        let probe = Probe { success_threshold: Some(success), failure_threshold: Some(failure), ..Default::default() };
         ProbeTracker::new(&probe, Instant::now())
     }
 
@@ -216,10 +203,7 @@ mod tests {
             pid: 0,
         };
         let probe = |port| Probe {
-            tcp_socket: Some(k8s_openapi::api::core::v1::TCPSocketAction {
-                port: IntOrString::Int(port),
-                host: None,
-            }),
+            tcp_socket: Some(k8s_openapi::api::core::v1::TCPSocketAction { port: IntOrString::Int(port), host: None }),
             ..Default::default()
         };
         assert!(run_probe(probe(port), target.clone()).await);

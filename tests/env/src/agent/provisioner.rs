@@ -40,13 +40,7 @@ pub async fn ensure_storage_class(client: &Client) -> kube::Result<()> {
         "volumeBindingMode": "Immediate",
         "allowVolumeExpansion": false,
     });
-    api.patch(
-        STORAGE_CLASS,
-        &PatchParams::apply(FIELD_MANAGER).force(),
-        &Patch::Apply(class),
-    )
-    .await
-    .map(|_| ())
+    api.patch(STORAGE_CLASS, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(class)).await.map(|_| ())
 }
 
 /// Provisions and reclaims volumes until the watches end.
@@ -75,11 +69,7 @@ async fn provision_loop(client: Client, root: PathBuf) {
     }
 }
 
-async fn provision(
-    client: &Client,
-    root: &Path,
-    claim: &PersistentVolumeClaim,
-) -> anyhow::Result<()> {
+async fn provision(client: &Client, root: &Path, claim: &PersistentVolumeClaim) -> anyhow::Result<()> {
     let Some(spec) = &claim.spec else {
         return Ok(());
     };
@@ -143,14 +133,9 @@ async fn reclaim_loop(client: Client, root: PathBuf) {
                 continue;
             }
         };
-        let ours =
-            volume.annotations().get(PROVISIONED_BY).map(String::as_str) == Some(PROVISIONER);
+        let ours = volume.annotations().get(PROVISIONED_BY).map(String::as_str) == Some(PROVISIONER);
         let released = volume.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Released");
-        let delete = volume
-            .spec
-            .as_ref()
-            .and_then(|s| s.persistent_volume_reclaim_policy.as_deref())
-            == Some("Delete");
+        let delete = volume.spec.as_ref().and_then(|s| s.persistent_volume_reclaim_policy.as_deref()) == Some("Delete");
         if ours && released && delete {
             let name = volume.name_any();
             let _ = std::fs::remove_dir_all(root.join(&name));

@@ -7,8 +7,8 @@ use std::path::{Path, PathBuf};
 
 use k8s_openapi::api::authentication::v1::TokenRequest;
 use k8s_openapi::api::core::v1::{
-    ConfigMap, Container, EnvVar, KeyToPath, PersistentVolume, PersistentVolumeClaim, Pod, Secret,
-    ServiceAccount, Volume,
+    ConfigMap, Container, EnvVar, KeyToPath, PersistentVolume, PersistentVolumeClaim, Pod, Secret, ServiceAccount,
+    Volume,
 };
 use kube::api::PostParams;
 use kube::{Api, Client};
@@ -35,13 +35,7 @@ pub async fn materialize_volumes(
 ) -> Result<HashMap<String, PathBuf>, PrepareError> {
     let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
     let mut sources = HashMap::new();
-    for volume in pod
-        .spec
-        .as_ref()
-        .and_then(|s| s.volumes.as_ref())
-        .into_iter()
-        .flatten()
-    {
+    for volume in pod.spec.as_ref().and_then(|s| s.volumes.as_ref()).into_iter().flatten() {
         let dir = pod_dir.join("volumes").join(&volume.name);
         let source = materialize(client, namespace, pod, volume, &dir)
             .await
@@ -51,13 +45,7 @@ pub async fn materialize_volumes(
     Ok(sources)
 }
 
-async fn materialize(
-    client: &Client,
-    ns: &str,
-    pod: &Pod,
-    volume: &Volume,
-    dir: &Path,
-) -> Result<PathBuf, String> {
+async fn materialize(client: &Client, ns: &str, pod: &Pod, volume: &Volume, dir: &Path) -> Result<PathBuf, String> {
     if volume.empty_dir.is_some() {
         create_dir(dir)?;
         return Ok(dir.to_owned());
@@ -81,33 +69,20 @@ async fn materialize(
         create_dir(dir)?;
         for source in projected.sources.iter().flatten() {
             let (data, items) = if let Some(cm) = &source.config_map {
-                (
-                    config_map_data(client, ns, &cm.name, cm.optional.unwrap_or(false)).await?,
-                    cm.items.as_deref(),
-                )
+                (config_map_data(client, ns, &cm.name, cm.optional.unwrap_or(false)).await?, cm.items.as_deref())
             } else if let Some(secret) = &source.secret {
                 (
                     secret_data(client, ns, &secret.name, secret.optional.unwrap_or(false)).await?,
                     secret.items.as_deref(),
                 )
             } else if let Some(token) = &source.service_account_token {
-                let value = service_account_token(
-                    client,
-                    ns,
-                    pod,
-                    token.audience.clone(),
-                    token.expiration_seconds,
-                )
-                .await?;
+                let value =
+                    service_account_token(client, ns, pod, token.audience.clone(), token.expiration_seconds).await?;
                 (BTreeMap::from([(token.path.clone(), value)]), None)
             } else if let Some(downward) = &source.downward_api {
                 let mut data = BTreeMap::new();
                 for item in downward.items.iter().flatten() {
-                    let field = item
-                        .field_ref
-                        .as_ref()
-                        .map(|f| f.field_path.as_str())
-                        .unwrap_or_default();
+                    let field = item.field_ref.as_ref().map(|f| f.field_path.as_str()).unwrap_or_default();
                     let value = field_value(pod, field)
                         .ok_or_else(|| format!("downward API field {field:?} is not supported"))?;
                     data.insert(item.path.clone(), value.into_bytes());
@@ -127,24 +102,13 @@ fn create_dir(dir: &Path) -> Result<(), String> {
     std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))
 }
 
-fn write_projection(
-    dir: &Path,
-    data: &BTreeMap<String, Vec<u8>>,
-    items: Option<&[KeyToPath]>,
-) -> Result<(), String> {
+fn write_projection(dir: &Path, data: &BTreeMap<String, Vec<u8>>, items: Option<&[KeyToPath]>) -> Result<(), String> {
     create_dir(dir)?;
     let files: Vec<(&str, &[u8])> = match items {
-        Some(items) => items
-            .iter()
-            .filter_map(|item| {
-                data.get(&item.key)
-                    .map(|v| (item.path.as_str(), v.as_slice()))
-            })
-            .collect(),
-        None => data
-            .iter()
-            .map(|(k, v)| (k.as_str(), v.as_slice()))
-            .collect(),
+        Some(items) => {
+            items.iter().filter_map(|item| data.get(&item.key).map(|v| (item.path.as_str(), v.as_slice()))).collect()
+        }
+        None => data.iter().map(|(k, v)| (k.as_str(), v.as_slice())).collect(),
     };
     for (relative, contents) in files {
         if relative.split('/').any(|part| part == "..") {
@@ -154,8 +118,7 @@ fn write_projection(
         if let Some(parent) = path.parent() {
             create_dir(parent)?;
         }
-        std::fs::write(&path, contents)
-            .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+        std::fs::write(&path, contents).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
     }
     Ok(())
 }
@@ -167,24 +130,11 @@ async fn config_map_data(
     optional: bool,
 ) -> Result<BTreeMap<String, Vec<u8>>, String> {
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
-    match api
-        .get_opt(name)
-        .await
-        .map_err(|e| format!("cannot read ConfigMap {ns}/{name}: {e}"))?
-    {
+    match api.get_opt(name).await.map_err(|e| format!("cannot read ConfigMap {ns}/{name}: {e}"))? {
         Some(cm) => {
-            let mut data: BTreeMap<String, Vec<u8>> = cm
-                .data
-                .unwrap_or_default()
-                .into_iter()
-                .map(|(k, v)| (k, v.into_bytes()))
-                .collect();
-            data.extend(
-                cm.binary_data
-                    .unwrap_or_default()
-                    .into_iter()
-                    .map(|(k, v)| (k, v.0)),
-            );
+            let mut data: BTreeMap<String, Vec<u8>> =
+                cm.data.unwrap_or_default().into_iter().map(|(k, v)| (k, v.into_bytes())).collect();
+            data.extend(cm.binary_data.unwrap_or_default().into_iter().map(|(k, v)| (k, v.0)));
             Ok(data)
         }
         None if optional => Ok(BTreeMap::new()),
@@ -199,25 +149,11 @@ async fn secret_data(
     optional: bool,
 ) -> Result<BTreeMap<String, Vec<u8>>, String> {
     let api: Api<Secret> = Api::namespaced(client.clone(), ns);
-    match api
-        .get_opt(name)
-        .await
-        .map_err(|e| format!("cannot read Secret {ns}/{name}: {e}"))?
-    {
+    match api.get_opt(name).await.map_err(|e| format!("cannot read Secret {ns}/{name}: {e}"))? {
         Some(secret) => {
-            let mut data: BTreeMap<String, Vec<u8>> = secret
-                .data
-                .unwrap_or_default()
-                .into_iter()
-                .map(|(k, v)| (k, v.0))
-                .collect();
-            data.extend(
-                secret
-                    .string_data
-                    .unwrap_or_default()
-                    .into_iter()
-                    .map(|(k, v)| (k, v.into_bytes())),
-            );
+            let mut data: BTreeMap<String, Vec<u8>> =
+                secret.data.unwrap_or_default().into_iter().map(|(k, v)| (k, v.0)).collect();
+            data.extend(secret.string_data.unwrap_or_default().into_iter().map(|(k, v)| (k, v.into_bytes())));
             Ok(data)
         }
         None if optional => Ok(BTreeMap::new()),
@@ -239,10 +175,7 @@ async fn claim_directory(client: &Client, ns: &str, claim: &str) -> Result<PathB
         .filter(|v| !v.is_empty())
         .ok_or_else(|| format!("PersistentVolumeClaim {ns}/{claim} is not bound yet"))?;
     let volumes: Api<PersistentVolume> = Api::all(client.clone());
-    let pv = volumes
-        .get(&volume_name)
-        .await
-        .map_err(|e| format!("cannot read PersistentVolume {volume_name}: {e}"))?;
+    let pv = volumes.get(&volume_name).await.map_err(|e| format!("cannot read PersistentVolume {volume_name}: {e}"))?;
     let path = pv
         .spec
         .and_then(|s| s.host_path.map(|h| h.path).or(s.local.map(|l| l.path)))
@@ -258,11 +191,7 @@ async fn service_account_token(
     audience: Option<String>,
     expiration_seconds: Option<i64>,
 ) -> Result<Vec<u8>, String> {
-    let account = pod
-        .spec
-        .as_ref()
-        .and_then(|s| s.service_account_name.clone())
-        .unwrap_or_else(|| "default".into());
+    let account = pod.spec.as_ref().and_then(|s| s.service_account_name.clone()).unwrap_or_else(|| "default".into());
     let api: Api<ServiceAccount> = Api::namespaced(client.clone(), ns);
     let request: TokenRequest = serde_json::from_value(serde_json::json!({
         "apiVersion": "authentication.k8s.io/v1",
@@ -278,10 +207,7 @@ async fn service_account_token(
         .create_token_request(&account, &PostParams::default(), &request)
         .await
         .map_err(|e| format!("cannot request a token for ServiceAccount {ns}/{account}: {e}"))?;
-    let token = response
-        .status
-        .and_then(|s| s.token)
-        .ok_or("the token request returned no token")?;
+    let token = response.status.and_then(|s| s.token).ok_or("the token request returned no token")?;
     Ok(token.into_bytes())
 }
 
@@ -328,11 +254,7 @@ pub async fn resolve_env(
             BTreeMap::new()
         };
         for (key, value) in data {
-            set(
-                &mut resolved,
-                format!("{prefix}{key}"),
-                String::from_utf8_lossy(&value).into_owned(),
-            );
+            set(&mut resolved, format!("{prefix}{key}"), String::from_utf8_lossy(&value).into_owned());
         }
     }
     for var in container.env.iter().flatten() {
@@ -361,67 +283,45 @@ async fn env_value(
     let Some(source) = &var.value_from else {
         return Ok(Some(expand(var.value.as_deref().unwrap_or_default(), vars)));
     };
-    let lookup = |data: BTreeMap<String, Vec<u8>>, key: &str| {
-        data.get(key)
-            .map(|v| String::from_utf8_lossy(v).into_owned())
-    };
+    let lookup =
+        |data: BTreeMap<String, Vec<u8>>, key: &str| data.get(key).map(|v| String::from_utf8_lossy(v).into_owned());
     if let Some(field) = &source.field_ref {
         return field_value(pod, &field.field_path)
             .map(Some)
-            .ok_or_else(|| {
-                format!(
-                    "env {}: field {:?} is not available",
-                    var.name, field.field_path
-                )
-            });
+            .ok_or_else(|| format!("env {}: field {:?} is not available", var.name, field.field_path));
     }
     if let Some(key_ref) = &source.secret_key_ref {
         let optional = key_ref.optional.unwrap_or(false);
-        let value = lookup(
-            secret_data(client, ns, &key_ref.name, optional).await?,
-            &key_ref.key,
-        );
+        let value = lookup(secret_data(client, ns, &key_ref.name, optional).await?, &key_ref.key);
         return match value {
-            None if !optional => Err(format!(
-                "env {}: key {:?} not found in Secret {ns}/{}",
-                var.name, key_ref.key, key_ref.name
-            )),
+            None if !optional => {
+                Err(format!("env {}: key {:?} not found in Secret {ns}/{}", var.name, key_ref.key, key_ref.name))
+            }
             v => Ok(v),
         };
     }
     if let Some(key_ref) = &source.config_map_key_ref {
         let optional = key_ref.optional.unwrap_or(false);
-        let value = lookup(
-            config_map_data(client, ns, &key_ref.name, optional).await?,
-            &key_ref.key,
-        );
+        let value = lookup(config_map_data(client, ns, &key_ref.name, optional).await?, &key_ref.key);
         return match value {
-            None if !optional => Err(format!(
-                "env {}: key {:?} not found in ConfigMap {ns}/{}",
-                var.name, key_ref.key, key_ref.name
-            )),
+            None if !optional => {
+                Err(format!("env {}: key {:?} not found in ConfigMap {ns}/{}", var.name, key_ref.key, key_ref.name))
+            }
             v => Ok(v),
         };
     }
-    Err(format!(
-        "env {}: only value, fieldRef, secretKeyRef and configMapKeyRef are supported",
-        var.name
-    ))
+    Err(format!("env {}: only value, fieldRef, secretKeyRef and configMapKeyRef are supported", var.name))
 }
 
 /// The container's mounts from its volumeMounts and the materialized volumes.
-pub fn container_mounts(
-    container: &Container,
-    sources: &HashMap<String, PathBuf>,
-) -> Result<Vec<Mount>, PrepareError> {
+pub fn container_mounts(container: &Container, sources: &HashMap<String, PathBuf>) -> Result<Vec<Mount>, PrepareError> {
     container
         .volume_mounts
         .iter()
         .flatten()
         .map(|vm| {
-            let source = sources
-                .get(&vm.name)
-                .ok_or_else(|| format!("volumeMount {:?} names no volume of the Pod", vm.name))?;
+            let source =
+                sources.get(&vm.name).ok_or_else(|| format!("volumeMount {:?} names no volume of the Pod", vm.name))?;
             let source = match vm.sub_path.as_deref().filter(|s| !s.is_empty()) {
                 Some(sub) if sub.split('/').any(|p| p == "..") => {
                     return Err(format!("subPath {sub:?} escapes the volume"));
@@ -429,11 +329,7 @@ pub fn container_mounts(
                 Some(sub) => source.join(sub),
                 None => source.clone(),
             };
-            Ok(Mount {
-                source,
-                target: PathBuf::from(&vm.mount_path),
-                read_only: vm.read_only.unwrap_or(false),
-            })
+            Ok(Mount { source, target: PathBuf::from(&vm.mount_path), read_only: vm.read_only.unwrap_or(false) })
         })
         .collect()
 }

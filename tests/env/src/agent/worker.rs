@@ -40,24 +40,9 @@ const SETUP_RETRY: Duration = Duration::from_secs(1);
 const API_TIMEOUT: Duration = Duration::from_secs(10);
 
 enum State {
-    Waiting {
-        reason: String,
-        message: Option<String>,
-        retry_at: Instant,
-    },
-    Running {
-        child: tokio::process::Child,
-        pid: u32,
-        started_at: Time,
-        since: Instant,
-    },
-    Terminated {
-        exit_code: i32,
-        signal: Option<i32>,
-        reason: String,
-        started_at: Time,
-        finished_at: Time,
-    },
+    Waiting { reason: String, message: Option<String>, retry_at: Instant },
+    Running { child: tokio::process::Child, pid: u32, started_at: Time, since: Instant },
+    Terminated { exit_code: i32, signal: Option<i32>, reason: String, started_at: Time, finished_at: Time },
 }
 
 struct ContainerRuntime {
@@ -95,26 +80,15 @@ fn now() -> Time {
 }
 
 impl PodWorker {
-    pub fn new(
-        ctx: Arc<AgentContext>,
-        pod_rx: watch::Receiver<Option<Pod>>,
-        handle: Arc<PodHandle>,
-    ) -> Self {
-        let pod = pod_rx
-            .borrow()
-            .clone()
-            .expect("a worker starts with its Pod");
+    pub fn new(ctx: Arc<AgentContext>, pod_rx: watch::Receiver<Option<Pod>>, handle: Arc<PodHandle>) -> Self {
+        let pod = pod_rx.borrow().clone().expect("a worker starts with its Pod");
         let containers = pod
             .spec
             .iter()
             .flat_map(|s| s.containers.iter())
             .map(|c| ContainerRuntime {
                 spec: c.clone(),
-                state: State::Waiting {
-                    reason: "ContainerCreating".into(),
-                    message: None,
-                    retry_at: Instant::now(),
-                },
+                state: State::Waiting { reason: "ContainerCreating".into(), message: None, retry_at: Instant::now() },
                 restart_count: 0,
                 last_termination: None,
                 backoff: BACKOFF_START,
@@ -126,15 +100,9 @@ impl PodWorker {
                 started: false,
             })
             .collect();
-        let pod_dir = ctx.state_dir.join("pods").join(format!(
-            "{}_{}_{}",
-            handle.namespace, handle.name, handle.uid
-        ));
-        let adopted = pod
-            .status
-            .as_ref()
-            .and_then(|s| s.pod_ip.as_deref())
-            .and_then(|ip| ctx.network.lock().unwrap().adopt(ip));
+        let pod_dir = ctx.state_dir.join("pods").join(format!("{}_{}_{}", handle.namespace, handle.name, handle.uid));
+        let adopted =
+            pod.status.as_ref().and_then(|s| s.pod_ip.as_deref()).and_then(|ip| ctx.network.lock().unwrap().adopt(ip));
         Self {
             ctx,
             pod_rx,
@@ -171,11 +139,7 @@ impl PodWorker {
             } else {
                 self.node_was_stopped = false;
                 if pod.metadata.deletion_timestamp.is_some() {
-                    let grace = pod
-                        .metadata
-                        .deletion_grace_period_seconds
-                        .unwrap_or(30)
-                        .max(0) as u64;
+                    let grace = pod.metadata.deletion_grace_period_seconds.unwrap_or(30).max(0) as u64;
                     self.stop_containers(Duration::from_secs(grace)).await;
                     self.remove_object(&pod).await;
                     break;
@@ -209,45 +173,26 @@ impl PodWorker {
         if self.volumes.is_none() {
             return;
         }
-        let restart_policy = pod
-            .spec
-            .as_ref()
-            .and_then(|s| s.restart_policy.clone())
-            .unwrap_or_else(|| "Always".into());
+        let restart_policy =
+            pod.spec.as_ref().and_then(|s| s.restart_policy.clone()).unwrap_or_else(|| "Always".into());
         let pod_with_ip = self.pod_with_addresses(pod);
         for index in 0..self.containers.len() {
-            self.drive_container(index, &pod_with_ip, &restart_policy)
-                .await;
+            self.drive_container(index, &pod_with_ip, &restart_policy).await;
         }
     }
 
     async fn setup(&mut self, pod: &Pod) -> Result<(), String> {
         if self.ip.is_none() {
-            self.ip = Some(
-                self.ctx
-                    .network
-                    .lock()
-                    .unwrap()
-                    .allocate()
-                    .ok_or("the pod network is exhausted")?,
-            );
+            self.ip = Some(self.ctx.network.lock().unwrap().allocate().ok_or("the pod network is exhausted")?);
         }
-        std::fs::create_dir_all(&self.pod_dir)
-            .map_err(|e| format!("cannot create {}: {e}", self.pod_dir.display()))?;
-        if pod
-            .spec
-            .as_ref()
-            .and_then(|s| s.init_containers.as_ref())
-            .is_some_and(|c| !c.is_empty())
-        {
+        std::fs::create_dir_all(&self.pod_dir).map_err(|e| format!("cannot create {}: {e}", self.pod_dir.display()))?;
+        if pod.spec.as_ref().and_then(|s| s.init_containers.as_ref()).is_some_and(|c| !c.is_empty()) {
             return Err("init containers are not supported by the node agent".into());
         }
-        let volumes = tokio::time::timeout(
-            API_TIMEOUT,
-            spec::materialize_volumes(&self.ctx.client, pod, &self.pod_dir),
-        )
-        .await
-        .map_err(|_| format!("volumes not ready: no answer from the API in {API_TIMEOUT:?}"))??;
+        let volumes =
+            tokio::time::timeout(API_TIMEOUT, spec::materialize_volumes(&self.ctx.client, pod, &self.pod_dir))
+                .await
+                .map_err(|_| format!("volumes not ready: no answer from the API in {API_TIMEOUT:?}"))??;
         self.volumes = Some(volumes);
         Ok(())
     }
@@ -279,11 +224,7 @@ impl PodWorker {
                     let c = &mut self.containers[index];
                     let backoff = c.backoff;
                     c.backoff = (c.backoff * 2).min(BACKOFF_MAX);
-                    c.state = State::Waiting {
-                        reason,
-                        message: Some(message),
-                        retry_at: now_i + backoff,
-                    };
+                    c.state = State::Waiting { reason, message: Some(message), retry_at: now_i + backoff };
                 }
             }
             State::Running { pid, since, .. } => {
@@ -331,10 +272,7 @@ impl PodWorker {
             c.backoff = (c.backoff * 2).min(BACKOFF_MAX);
             c.state = State::Waiting {
                 reason: "CrashLoopBackOff".into(),
-                message: Some(format!(
-                    "back-off {backoff:?} restarting failed container {}",
-                    c.spec.name
-                )),
+                message: Some(format!("back-off {backoff:?} restarting failed container {}", c.spec.name)),
                 retry_at: Instant::now() + backoff,
             };
         } else {
@@ -348,8 +286,7 @@ impl PodWorker {
         let container = self.containers[index].spec.clone();
         let image_name = container.image.clone().unwrap_or_default();
         let image = self.ctx.images.resolve(&image_name).map_err(|m| {
-            let reason = if self.containers[index].restart_count == 0
-                && self.containers[index].backoff == BACKOFF_START
+            let reason = if self.containers[index].restart_count == 0 && self.containers[index].backoff == BACKOFF_START
             {
                 "ErrImagePull"
             } else {
@@ -358,42 +295,25 @@ impl PodWorker {
             (reason.to_string(), m)
         })?;
         let config_error = |m: String| ("CreateContainerConfigError".to_string(), m);
-        let mut env = tokio::time::timeout(
-            API_TIMEOUT,
-            spec::resolve_env(&self.ctx.client, pod, &container),
-        )
-        .await
-        .map_err(|_| format!("no answer from the API in {API_TIMEOUT:?}"))
-        .and_then(|r| r)
-        .map_err(config_error)?;
-        let hostname = pod
-            .spec
-            .as_ref()
-            .and_then(|s| s.hostname.clone())
-            .unwrap_or_else(|| self.handle.name.clone());
+        let mut env = tokio::time::timeout(API_TIMEOUT, spec::resolve_env(&self.ctx.client, pod, &container))
+            .await
+            .map_err(|_| format!("no answer from the API in {API_TIMEOUT:?}"))
+            .and_then(|r| r)
+            .map_err(config_error)?;
+        let hostname = pod.spec.as_ref().and_then(|s| s.hostname.clone()).unwrap_or_else(|| self.handle.name.clone());
         for (k, v) in [
             ("HOSTNAME", hostname),
             ("KUBERNETES_SERVICE_HOST", self.ctx.apiserver_host.clone()),
-            (
-                "KUBERNETES_SERVICE_PORT",
-                self.ctx.apiserver_port.to_string(),
-            ),
+            ("KUBERNETES_SERVICE_PORT", self.ctx.apiserver_port.to_string()),
         ] {
             if !env.iter().any(|(name, _)| name == k) {
                 env.push((k.into(), v));
             }
         }
         let vars: HashMap<String, String> = env.iter().cloned().collect();
-        let command = container
-            .command
-            .clone()
-            .filter(|c| !c.is_empty())
-            .unwrap_or(image.entrypoint.clone());
-        let argv: Vec<String> = command
-            .iter()
-            .chain(container.args.iter().flatten())
-            .map(|a| expand(a, &vars))
-            .collect();
+        let command = container.command.clone().filter(|c| !c.is_empty()).unwrap_or(image.entrypoint.clone());
+        let argv: Vec<String> =
+            command.iter().chain(container.args.iter().flatten()).map(|a| expand(a, &vars)).collect();
         if argv.is_empty() {
             return Err(config_error(format!(
                 "container {} has no command and its image no entrypoint",
@@ -401,62 +321,32 @@ impl PodWorker {
             )));
         }
         let mounts: Vec<Mount> =
-            spec::container_mounts(&container, self.volumes.as_ref().expect("set up"))
-                .map_err(config_error)?;
+            spec::container_mounts(&container, self.volumes.as_ref().expect("set up")).map_err(config_error)?;
         let container_dir = self.pod_dir.join("containers").join(&container.name);
-        let (bin_dir, work_dir) =
-            Launch::prepare_dirs(&container_dir, &image.binaries).map_err(|e| {
-                config_error(format!("cannot prepare {}: {e}", container_dir.display()))
-            })?;
+        let (bin_dir, work_dir) = Launch::prepare_dirs(&container_dir, &image.binaries)
+            .map_err(|e| config_error(format!("cannot prepare {}: {e}", container_dir.display())))?;
         let launch = Launch {
             argv,
             env,
             mounts,
-            working_dir: container
-                .working_dir
-                .clone()
-                .map(PathBuf::from)
-                .unwrap_or(work_dir),
+            working_dir: container.working_dir.clone().map(PathBuf::from).unwrap_or(work_dir),
             bin_dir,
             log_path: container_dir.join("output.log"),
         };
-        let child = launch.spawn().map_err(|e| {
-            (
-                "RunContainerError".to_string(),
-                format!("cannot start: {e}"),
-            )
-        })?;
+        let child = launch.spawn().map_err(|e| ("RunContainerError".to_string(), format!("cannot start: {e}")))?;
         let pid = child.id().unwrap_or(0);
         let since = Instant::now();
         let (ns, name) = self.log_fields();
         tracing::info!(namespace = %ns, pod = %name, container = %container.name, pid, "container started");
-        self.handle
-            .containers
-            .lock()
-            .unwrap()
-            .insert(container.name.clone(), pid);
+        self.handle.containers.lock().unwrap().insert(container.name.clone(), pid);
         let c = &mut self.containers[index];
-        c.startup = container
-            .startup_probe
-            .as_ref()
-            .map(|p| ProbeTracker::new(p, since));
-        c.readiness = container
-            .readiness_probe
-            .as_ref()
-            .map(|p| ProbeTracker::new(p, since));
-        c.liveness = container
-            .liveness_probe
-            .as_ref()
-            .map(|p| ProbeTracker::new(p, since));
+        c.startup = container.startup_probe.as_ref().map(|p| ProbeTracker::new(p, since));
+        c.readiness = container.readiness_probe.as_ref().map(|p| ProbeTracker::new(p, since));
+        c.liveness = container.liveness_probe.as_ref().map(|p| ProbeTracker::new(p, since));
         c.started = c.startup.is_none();
         c.ready = c.readiness.is_none() && c.started;
         c.launch = Some(launch);
-        c.state = State::Running {
-            child,
-            pid,
-            started_at: now(),
-            since,
-        };
+        c.state = State::Running { child, pid, started_at: now(), since };
         Ok(())
     }
 
@@ -466,11 +356,7 @@ impl PodWorker {
             return;
         };
         let target = ProbeTarget {
-            pod_ip: pod
-                .status
-                .as_ref()
-                .and_then(|s| s.pod_ip.clone())
-                .unwrap_or_default(),
+            pod_ip: pod.status.as_ref().and_then(|s| s.pod_ip.clone()).unwrap_or_default(),
             container: c.spec.clone(),
             launch,
             pid,
@@ -532,21 +418,14 @@ impl PodWorker {
         for c in &mut self.containers {
             if let State::Running { child, pid, .. } = &mut c.state {
                 let pid = *pid;
-                if tokio::time::timeout_at(deadline, child.wait())
-                    .await
-                    .is_err()
-                {
+                if tokio::time::timeout_at(deadline, child.wait()).await.is_err() {
                     let _ = killpg(Pid::from_raw(pid as i32), Signal::SIGKILL);
                     let _ = child.wait().await;
                 }
                 // The group may hold children of the container's main process.
                 let _ = killpg(Pid::from_raw(pid as i32), Signal::SIGKILL);
             }
-            c.state = State::Waiting {
-                reason: "Terminated".into(),
-                message: None,
-                retry_at: Instant::now(),
-            };
+            c.state = State::Waiting { reason: "Terminated".into(), message: None, retry_at: Instant::now() };
         }
         self.handle.containers.lock().unwrap().clear();
     }
@@ -556,15 +435,10 @@ impl PodWorker {
         let api: Api<Pod> = Api::namespaced(self.ctx.client.clone(), &self.handle.namespace);
         let params = DeleteParams {
             grace_period_seconds: Some(0),
-            preconditions: Some(Preconditions {
-                uid: pod.metadata.uid.clone(),
-                resource_version: None,
-            }),
+            preconditions: Some(Preconditions { uid: pod.metadata.uid.clone(), resource_version: None }),
             ..Default::default()
         };
-        if let Ok(Err(error)) =
-            tokio::time::timeout(API_TIMEOUT, api.delete(&self.handle.name, &params)).await
-        {
+        if let Ok(Err(error)) = tokio::time::timeout(API_TIMEOUT, api.delete(&self.handle.name, &params)).await {
             let (ns, name) = self.log_fields();
             tracing::debug!(namespace = %ns, pod = %name, %error, "final delete");
         }
@@ -586,13 +460,11 @@ impl PodWorker {
         }
         let api: Api<Pod> = Api::namespaced(self.ctx.client.clone(), &self.handle.namespace);
         let patch = Patch::Strategic(json!({ "status": status }));
-        let result = tokio::time::timeout(
-            API_TIMEOUT,
-            api.patch_status(&self.handle.name, &PatchParams::default(), &patch),
-        )
-        .await
-        .map_err(|_| format!("no answer in {API_TIMEOUT:?}"))
-        .and_then(|r| r.map_err(|e| e.to_string()));
+        let result =
+            tokio::time::timeout(API_TIMEOUT, api.patch_status(&self.handle.name, &PatchParams::default(), &patch))
+                .await
+                .map_err(|_| format!("no answer in {API_TIMEOUT:?}"))
+                .and_then(|r| r.map_err(|e| e.to_string()));
         match result {
             Ok(_) => self.last_status = Some(status),
             Err(error) => {
@@ -603,10 +475,7 @@ impl PodWorker {
     }
 
     fn condition(&mut self, kind: &'static str, value: bool) -> Value {
-        let entry = self
-            .transitions
-            .entry(kind)
-            .or_insert_with(|| (value, now()));
+        let entry = self.transitions.entry(kind).or_insert_with(|| (value, now()));
         if entry.0 != value {
             *entry = (value, now());
         }
@@ -620,8 +489,7 @@ impl PodWorker {
 
     fn status_json(&mut self, pod: &Pod) -> Value {
         let sandbox = self.volumes.is_some();
-        let all_ready =
-            sandbox && !self.containers.is_empty() && self.containers.iter().all(|c| c.ready);
+        let all_ready = sandbox && !self.containers.is_empty() && self.containers.iter().all(|c| c.ready);
         let phase = self.phase(pod);
         let conditions = vec![
             self.condition("PodReadyToStartContainers", sandbox),
@@ -629,11 +497,7 @@ impl PodWorker {
             self.condition("ContainersReady", all_ready),
             self.condition("Ready", all_ready),
         ];
-        let container_statuses: Vec<Value> = self
-            .containers
-            .iter()
-            .map(|c| self.container_status(c))
-            .collect();
+        let container_statuses: Vec<Value> = self.containers.iter().map(|c| self.container_status(c)).collect();
         let host_ip = self.ctx.node_ip(&self.handle.node).to_string();
         let mut status = json!({
             "phase": phase,
@@ -654,19 +518,10 @@ impl PodWorker {
     }
 
     fn phase(&self, pod: &Pod) -> &'static str {
-        let policy = pod
-            .spec
-            .as_ref()
-            .and_then(|s| s.restart_policy.as_deref())
-            .unwrap_or("Always");
-        let running = self
-            .containers
-            .iter()
-            .any(|c| matches!(c.state, State::Running { .. }));
-        let ever_started = self
-            .containers
-            .iter()
-            .any(|c| c.restart_count > 0 || !matches!(c.state, State::Waiting { .. }));
+        let policy = pod.spec.as_ref().and_then(|s| s.restart_policy.as_deref()).unwrap_or("Always");
+        let running = self.containers.iter().any(|c| matches!(c.state, State::Running { .. }));
+        let ever_started =
+            self.containers.iter().any(|c| c.restart_count > 0 || !matches!(c.state, State::Waiting { .. }));
         let terminated: Vec<i32> = self
             .containers
             .iter()
@@ -679,11 +534,7 @@ impl PodWorker {
             return "Running";
         }
         if !self.containers.is_empty() && terminated.len() == self.containers.len() {
-            return if terminated.iter().all(|c| *c == 0) {
-                "Succeeded"
-            } else {
-                "Failed"
-            };
+            return if terminated.iter().all(|c| *c == 0) { "Succeeded" } else { "Failed" };
         }
         if ever_started { "Running" } else { "Pending" }
     }
@@ -711,17 +562,9 @@ impl PodWorker {
 
 fn state_json(state: &State) -> Value {
     match state {
-        State::Waiting {
-            reason, message, ..
-        } => json!({ "waiting": { "reason": reason, "message": message } }),
+        State::Waiting { reason, message, .. } => json!({ "waiting": { "reason": reason, "message": message } }),
         State::Running { started_at, .. } => json!({ "running": { "startedAt": started_at } }),
-        State::Terminated {
-            exit_code,
-            signal,
-            reason,
-            started_at,
-            finished_at,
-        } => json!({ "terminated": {
+        State::Terminated { exit_code, signal, reason, started_at, finished_at } => json!({ "terminated": {
             "exitCode": exit_code,
             "signal": signal,
             "reason": reason,

@@ -19,19 +19,10 @@ struct Args {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    let dir = args
-        .dir
-        .unwrap_or_else(|| tools::repo_root().join("target/local-env"));
-    eprintln!(
-        "starting the control plane and the node agent in {} ...",
-        dir.display()
-    );
+    let dir = args.dir.unwrap_or_else(|| tools::repo_root().join("target/local-env"));
+    eprintln!("starting the control plane and the node agent in {} ...", dir.display());
     let started = std::time::Instant::now();
-    let env = Environment::start(EnvironmentOptions {
-        dir: Some(dir.clone()),
-        ..Default::default()
-    })
-    .await?;
+    let env = Environment::start(EnvironmentOptions { dir: Some(dir.clone()), ..Default::default() }).await?;
     let kubectl = tools::control_plane_binary("kubectl").map_err(anyhow::Error::msg)?;
     println!(
         "apiserver /readyz after {:.1}s; {} Nodes Ready after {:.1}s",
@@ -42,16 +33,10 @@ async fn main() -> anyhow::Result<()> {
     println!();
     println!("In another shell:");
     println!("  export KUBECONFIG={}", env.kubeconfig().display());
-    println!(
-        "  export PATH={}:$PATH",
-        kubectl.parent().expect("bin dir").display()
-    );
+    println!("  export PATH={}:$PATH", kubectl.parent().expect("bin dir").display());
     println!("  kubectl get nodes,pods -A");
     println!();
-    println!(
-        "Logs: {}  (Pods: node-agent/pods/<ns>_<pod>_<uid>/containers/<c>/output.log)",
-        dir.display()
-    );
+    println!("Logs: {}  (Pods: node-agent/pods/<ns>_<pod>_<uid>/containers/<c>/output.log)", dir.display());
     println!("Press Ctrl-C to stop everything.");
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     tokio::select! {

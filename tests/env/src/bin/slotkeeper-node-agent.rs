@@ -35,22 +35,15 @@ struct Args {
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
-        )
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let args = Args::parse();
     let root = tools::repo_root();
-    let images_path = args
-        .images
-        .unwrap_or_else(|| root.join("tests/env/images.json"));
+    let images_path = args.images.unwrap_or_else(|| root.join("tests/env/images.json"));
     let images = ImageTable::load(&images_path, &root).map_err(anyhow::Error::msg)?;
     let kubeconfig = Kubeconfig::read_from(&args.kubeconfig)?;
-    let options = KubeConfigOptions {
-        context: args.context,
-        ..Default::default()
-    };
+    let options = KubeConfigOptions { context: args.context, ..Default::default() };
     let config = kube::Config::from_custom_kubeconfig(kubeconfig, &options).await?;
     let apiserver = config.cluster_url.clone();
     let client = kube::Client::try_from(config)?;

@@ -1,0 +1,107 @@
+//! Running the operator in end-to-end tests: as its ServiceAccount, with
+//! exactly the RBAC in deploy/.
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Secret;
+use kube::Api;
+use slotkeeper_env::Environment;
+use slotkeeper_env::process::{ManagedProcess, ProcessSpec};
+use slotkeeper_operator::api::{Phase, RedisCluster};
+
+use super::*;
+
+/// The operator of this test binary, started once: `slotkeeper run` with a
+/// kubeconfig holding its ServiceAccount's token (so exactly deploy/'s RBAC).
+pub fn shared_operator(env: &'static Environment) -> &'static Operator {
+    static OPERATOR: std::sync::OnceLock<Operator> = std::sync::OnceLock::new();
+    OPERATOR.get_or_init(|| start_operator(env, "slotkeeper-0"))
+}
+
+/// A running `slotkeeper run` and the port of its /metrics.
+pub struct Operator {
+    pub process: ManagedProcess,
+    pub metrics_port: u16,
+}
+
+impl Operator {
+    pub async fn metrics(&self) -> String {
+        let (ok, body) = http_get(self.metrics_port, "/metrics").await;
+        assert!(ok, "GET /metrics failed: {body}");
+        body
+    }
+}
+
+/// Installs CRDs, namespace and RBAC from deploy/ and starts an operator
+/// replica acting as the `slotkeeper` ServiceAccount.
+pub fn start_operator(env: &Environment, instance: &str) -> Operator {
+    install_crds(env);
+    for manifest in ["deploy/00-namespace.yaml", "deploy/rbac.yaml"] {
+        let path = slotkeeper_env::tools::repo_root().join(manifest);
+        let (ok, out) = kubectl(env, &["apply", "-f", path.to_str().unwrap()], None);
+        assert!(ok, "{manifest}: {out}");
+    }
+    let (ok, token) =
+        kubectl(env, &["-n", "slotkeeper-system", "create", "token", "slotkeeper", "--duration=2h"], None);
+    assert!(ok, "token: {token}");
+    let dir = slotkeeper_env::tools::repo_root().join("target/e2e").join(env!("CARGO_CRATE_NAME"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let kubeconfig = dir.join("operator.kubeconfig");
+    let admin: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(env.kubeconfig()).unwrap()).unwrap();
+    let config = serde_json::json!({
+        "apiVersion": "v1", "kind": "Config",
+        "clusters": admin["clusters"],
+        "users": [{"name": "slotkeeper", "user": {"token": token.trim()}}],
+        "contexts": [{"name": "slotkeeper", "context": {"cluster": "local", "user": "slotkeeper"}}],
+        "current-context": "slotkeeper",
+    });
+    std::fs::write(&kubeconfig, serde_json::to_string(&config).unwrap()).unwrap();
+    let metrics_port = slotkeeper_env::control_plane::free_port().unwrap();
+    let process = ManagedProcess::spawn(
+        ProcessSpec::new("slotkeeper", env!("CARGO_BIN_EXE_slotkeeper"), dir.join(format!("{instance}.log")))
+            .args(["run", "--log-format", "json", "--instance", instance, "--kubeconfig"])
+            .arg(&kubeconfig)
+            .arg(format!("--metrics-addr=127.0.0.1:{metrics_port}")),
+    )
+    .expect("the operator starts");
+    Operator { process, metrics_port }
+}
+
+pub async fn wait_running(api: &Api<RedisCluster>, name: &str, timeout: Duration) -> RedisCluster {
+    wait_until(&format!("RedisCluster {name} Running and Ready"), timeout, || async {
+        let c = api.get(name).await.ok()?;
+        let status = c.status.as_ref()?;
+        let ready = status.conditions.iter().any(|c| c.type_ == "Ready" && c.status == "True");
+        (status.phase == Some(Phase::Running) && ready).then_some(c)
+    })
+    .await
+}
+
+pub async fn password(client: &kube::Client, ns: &str, name: &str) -> String {
+    let secret = Api::<Secret>::namespaced(client.clone(), ns).get(&format!("{name}-password")).await.unwrap();
+    String::from_utf8(secret.data.unwrap()["password"].0.clone()).unwrap()
+}
+
+pub fn redis_cli_check(ip: &str, password: &str) -> String {
+    let out = std::process::Command::new("redis-cli")
+        .args(["-a", password, "--no-auth-warning", "--cluster", "check", &format!("{ip}:6379")])
+        .output()
+        .expect("redis-cli runs");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// GET on 127.0.0.1:`port`; (2xx, body).
+pub async fn http_get(port: u16, path: &str) -> (bool, String) {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let Ok(mut stream) = tokio::net::TcpStream::connect(("127.0.0.1", port)).await else {
+        return (false, format!("nothing listens on {port}"));
+    };
+    let request = format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut response = Vec::new();
+    stream.read_to_end(&mut response).await.unwrap();
+    let text = String::from_utf8_lossy(&response).into_owned();
+    let ok = text.starts_with("HTTP/1.1 2");
+    let body = text.split_once("\r\n\r\n").map(|(_, b)| b.to_owned()).unwrap_or_default();
+    (ok, body)
+}
