@@ -61,3 +61,18 @@ async fn bad_input_is_rejected_with_a_message_naming_the_field() {
     let (_, masters) = kubectl(env, &["-n", &ns, "get", "rdc", "stable", "-o", "jsonpath={.spec.masters}"], None);
     assert_eq!(masters.trim(), "5");
 }
+
+#[tokio::test]
+async fn deploy_manifests_pass_server_side_dry_run() {
+    let env = shared_env();
+    install_crds(env);
+    let root = slotkeeper_env::tools::repo_root();
+    // The namespace must exist for a dry run of the objects inside it.
+    let (ok, out) = kubectl(env, &["apply", "-f", root.join("deploy/00-namespace.yaml").to_str().unwrap()], None);
+    assert!(ok, "{out}");
+    let (ok, out) = kubectl(env, &["apply", "--dry-run=server", "-R", "-f", root.join("deploy").to_str().unwrap()], None);
+    assert!(ok, "kubectl apply --dry-run=server -f deploy/ failed:\n{out}");
+    for kind in ["deployment.apps/slotkeeper", "clusterrole.rbac.authorization.k8s.io/slotkeeper", "networkpolicy.networking.k8s.io/slotkeeper", "rediscluster.slotkeeper.io/example"] {
+        assert!(out.contains(kind), "{kind} not in dry run output:\n{out}");
+    }
+}

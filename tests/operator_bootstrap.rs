@@ -21,7 +21,7 @@ async fn example_cluster_bootstraps_serves_keys_and_spreads_replicas() {
     shared_operator(env);
     let client = env.client().await.unwrap();
     let ns = namespace(&client, "example").await;
-    let example = std::fs::read_to_string(slotkeeper_env::tools::repo_root().join("deploy/example-rediscluster.yaml"))
+    let example = std::fs::read_to_string(slotkeeper_env::tools::repo_root().join("deploy/examples/rediscluster.yaml"))
         .unwrap()
         .replace("namespace: default", &format!("namespace: {ns}"));
     let started = Instant::now();
