@@ -70,9 +70,15 @@ async fn deploy_manifests_pass_server_side_dry_run() {
     // The namespace must exist for a dry run of the objects inside it.
     let (ok, out) = kubectl(env, &["apply", "-f", root.join("deploy/00-namespace.yaml").to_str().unwrap()], None);
     assert!(ok, "{out}");
-    let (ok, out) = kubectl(env, &["apply", "--dry-run=server", "-R", "-f", root.join("deploy").to_str().unwrap()], None);
+    let (ok, out) =
+        kubectl(env, &["apply", "--dry-run=server", "-R", "-f", root.join("deploy").to_str().unwrap()], None);
     assert!(ok, "kubectl apply --dry-run=server -f deploy/ failed:\n{out}");
-    for kind in ["deployment.apps/slotkeeper", "clusterrole.rbac.authorization.k8s.io/slotkeeper", "networkpolicy.networking.k8s.io/slotkeeper", "rediscluster.slotkeeper.io/example"] {
+    for kind in [
+        "deployment.apps/slotkeeper",
+        "clusterrole.rbac.authorization.k8s.io/slotkeeper",
+        "networkpolicy.networking.k8s.io/slotkeeper",
+        "rediscluster.slotkeeper.io/example",
+    ] {
         assert!(out.contains(kind), "{kind} not in dry run output:\n{out}");
     }
 }

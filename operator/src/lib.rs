@@ -5,6 +5,7 @@
 pub mod api;
 pub mod controller;
 pub mod error;
+pub mod failpoint;
 pub mod leader;
 pub mod metrics;
 pub mod plan;

@@ -35,6 +35,11 @@ impl Operator {
 /// Installs CRDs, namespace and RBAC from deploy/ and starts an operator
 /// replica acting as the `slotkeeper` ServiceAccount.
 pub fn start_operator(env: &Environment, instance: &str) -> Operator {
+    start_operator_with(env, instance, &[])
+}
+
+/// [`start_operator`] with extra environment variables (e.g. a failpoint).
+pub fn start_operator_with(env: &Environment, instance: &str, vars: &[(&str, &str)]) -> Operator {
     install_crds(env);
     for manifest in ["deploy/00-namespace.yaml", "deploy/rbac.yaml"] {
         let path = slotkeeper_env::tools::repo_root().join(manifest);
@@ -57,13 +62,15 @@ pub fn start_operator(env: &Environment, instance: &str) -> Operator {
     });
     std::fs::write(&kubeconfig, serde_json::to_string(&config).unwrap()).unwrap();
     let metrics_port = slotkeeper_env::control_plane::free_port().unwrap();
-    let process = ManagedProcess::spawn(
+    let mut spec =
         ProcessSpec::new("slotkeeper", env!("CARGO_BIN_EXE_slotkeeper"), dir.join(format!("{instance}.log")))
             .args(["run", "--log-format", "json", "--instance", instance, "--kubeconfig"])
             .arg(&kubeconfig)
-            .arg(format!("--metrics-addr=127.0.0.1:{metrics_port}")),
-    )
-    .expect("the operator starts");
+            .arg(format!("--metrics-addr=127.0.0.1:{metrics_port}"));
+    for (key, value) in vars {
+        spec = spec.env(*key, *value);
+    }
+    let process = ManagedProcess::spawn(spec).expect("the operator starts");
     Operator { process, metrics_port }
 }
 

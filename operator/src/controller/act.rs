@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 
 use crate::api::catalog;
 use crate::error::Result;
+use crate::failpoint;
 use crate::plan::{Action, PodFact};
 use crate::redis::client::RedisNode;
 
@@ -20,16 +21,18 @@ pub async fn act(action: &Action, pods: &[PodFact], password: &str, version: &st
             for ip in targets {
                 node.meet(ip).await?;
             }
+            failpoint::hit(failpoint::AFTER_MEET);
             Ok(Some(("ClusterMeet".into(), format!("{via} met {} node(s): {}", targets.len(), targets.join(", ")))))
         }
         Action::AddSlots { pod, shard, ranges } => {
             let has_range = catalog::lookup(version).is_some_and(|e| e.has_addslotsrange);
-            connect(pod).await?.add_slots(ranges, has_range).await?;
+            connect(pod).await?.add_slots(ranges, has_range, || failpoint::hit(failpoint::MID_ADDSLOTS)).await?;
             let list: Vec<String> = ranges.iter().map(ToString::to_string).collect();
             Ok(Some(("SlotsAssigned".into(), format!("shard {shard} master {pod} assigned slots {}", list.join(",")))))
         }
         Action::Replicate { pod, master_pod, master_id } => {
             connect(pod).await?.replicate(master_id).await?;
+            failpoint::hit(failpoint::MID_REPLICATE);
             Ok(Some(("ReplicaAttached".into(), format!("{pod} now replicates {master_pod} ({master_id})"))))
         }
         Action::Wait(_) | Action::Converged => Ok(None),

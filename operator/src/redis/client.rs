@@ -80,20 +80,29 @@ impl RedisNode {
         self.call("CLUSTER MEET", redis::cmd("CLUSTER").arg("MEET").arg(ip).arg(REDIS_PORT)).await
     }
 
-    pub async fn add_slots(&mut self, ranges: &[SlotRange], has_range_command: bool) -> Result<(), RedisError> {
+    /// Assigns `ranges`; `after_batch` runs after each atomic call.
+    pub async fn add_slots(
+        &mut self,
+        ranges: &[SlotRange],
+        has_range_command: bool,
+        after_batch: impl Fn(),
+    ) -> Result<(), RedisError> {
         if has_range_command {
             let mut cmd = redis::cmd("CLUSTER");
             cmd.arg("ADDSLOTSRANGE");
             for r in ranges {
                 cmd.arg(r.start).arg(r.end);
             }
-            return self.call("CLUSTER ADDSLOTSRANGE", &cmd).await;
+            self.call::<()>("CLUSTER ADDSLOTSRANGE", &cmd).await?;
+            after_batch();
+            return Ok(());
         }
         let slots: Vec<u16> = ranges.iter().flat_map(|r| r.start..=r.end).collect();
         for batch in slots.chunks(ADDSLOTS_BATCH) {
             let mut cmd = redis::cmd("CLUSTER");
             cmd.arg("ADDSLOTS").arg(batch);
             self.call::<()>("CLUSTER ADDSLOTS", &cmd).await?;
+            after_batch();
         }
         Ok(())
     }
