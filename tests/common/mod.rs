@@ -104,23 +104,7 @@ pub async fn redis_version(connection: &mut redis::aio::MultiplexedConnection) -
 
 /// Runs the real `kubectl` against the environment; returns (success, stdout + stderr).
 pub fn kubectl(env: &Environment, args: &[&str], stdin: Option<&str>) -> (bool, String) {
-    use std::io::Write as _;
-    let kubectl = tools::control_plane_binary("kubectl").expect("kubectl is built");
-    let mut child = std::process::Command::new(kubectl)
-        .args(args)
-        .env("KUBECONFIG", env.kubeconfig())
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("kubectl starts");
-    if let Some(input) = stdin {
-        child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
-    }
-    drop(child.stdin.take());
-    let out = child.wait_with_output().expect("kubectl runs");
-    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    (out.status.success(), text)
+    env.kubectl(args, stdin)
 }
 
 /// Installs the generated CRDs from deploy/crds and waits until they are served.

@@ -46,21 +46,10 @@ pub fn start_operator_with(env: &Environment, instance: &str, vars: &[(&str, &st
         let (ok, out) = kubectl(env, &["apply", "-f", path.to_str().unwrap()], None);
         assert!(ok, "{manifest}: {out}");
     }
-    let (ok, token) =
-        kubectl(env, &["-n", "slotkeeper-system", "create", "token", "slotkeeper", "--duration=2h"], None);
-    assert!(ok, "token: {token}");
     let dir = slotkeeper_env::tools::repo_root().join("target/e2e").join(env!("CARGO_CRATE_NAME"));
     std::fs::create_dir_all(&dir).unwrap();
-    let kubeconfig = dir.join("operator.kubeconfig");
-    let admin: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(env.kubeconfig()).unwrap()).unwrap();
-    let config = serde_json::json!({
-        "apiVersion": "v1", "kind": "Config",
-        "clusters": admin["clusters"],
-        "users": [{"name": "slotkeeper", "user": {"token": token.trim()}}],
-        "contexts": [{"name": "slotkeeper", "context": {"cluster": "local", "user": "slotkeeper"}}],
-        "current-context": "slotkeeper",
-    });
-    std::fs::write(&kubeconfig, serde_json::to_string(&config).unwrap()).unwrap();
+    let kubeconfig = dir.join(format!("{instance}.kubeconfig"));
+    env.service_account_kubeconfig("slotkeeper-system", "slotkeeper", &kubeconfig).unwrap();
     let metrics_port = slotkeeper_env::control_plane::free_port().unwrap();
     let mut spec =
         ProcessSpec::new("slotkeeper", env!("CARGO_BIN_EXE_slotkeeper"), dir.join(format!("{instance}.log")))

@@ -209,3 +209,58 @@ fn lock_network_block() -> Result<(u8, Flock<File>), ControlPlaneError> {
         source: std::io::Error::other("every 127.X.0.0/16 pod network block is in use"),
     })
 }
+
+impl Environment {
+    /// Runs the real `kubectl` against this environment as admin; returns
+    /// (success, stdout and stderr).
+    pub fn kubectl(&self, args: &[&str], stdin: Option<&str>) -> (bool, String) {
+        use std::io::Write as _;
+        let kubectl = match tools::control_plane_binary("kubectl") {
+            Ok(path) => path,
+            Err(e) => return (false, e),
+        };
+        let child = std::process::Command::new(kubectl)
+            .args(args)
+            .env("KUBECONFIG", self.kubeconfig())
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn();
+        let mut child = match child {
+            Ok(child) => child,
+            Err(e) => return (false, format!("cannot run kubectl: {e}")),
+        };
+        if let (Some(input), Some(mut pipe)) = (stdin, child.stdin.take()) {
+            let _ = pipe.write_all(input.as_bytes());
+        }
+        drop(child.stdin.take());
+        match child.wait_with_output() {
+            Ok(out) => (
+                out.status.success(),
+                format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)),
+            ),
+            Err(e) => (false, format!("kubectl failed: {e}")),
+        }
+    }
+
+    /// Writes a kubeconfig at `path` that acts as ServiceAccount
+    /// `namespace/name`, with a token from the TokenRequest API.
+    pub fn service_account_kubeconfig(&self, namespace: &str, name: &str, path: &Path) -> Result<(), String> {
+        let (ok, token) = self.kubectl(&["-n", namespace, "create", "token", name, "--duration=24h"], None);
+        if !ok {
+            return Err(format!("cannot get a token for {namespace}/{name}: {token}"));
+        }
+        let admin: serde_json::Value = std::fs::read_to_string(self.kubeconfig())
+            .ok()
+            .and_then(|text| serde_json::from_str(&text).ok())
+            .ok_or("cannot read the admin kubeconfig")?;
+        let config = serde_json::json!({
+            "apiVersion": "v1", "kind": "Config",
+            "clusters": admin["clusters"],
+            "users": [{"name": name, "user": {"token": token.trim()}}],
+            "contexts": [{"name": name, "context": {"cluster": "local", "user": name, "namespace": namespace}}],
+            "current-context": name,
+        });
+        std::fs::write(path, config.to_string()).map_err(|e| format!("cannot write {}: {e}", path.display()))
+    }
+}

@@ -6,6 +6,7 @@
 use std::path::PathBuf;
 
 use clap::Parser;
+use slotkeeper_env::process::{ManagedProcess, ProcessSpec};
 use slotkeeper_env::{Environment, EnvironmentOptions, tools};
 
 #[derive(Parser)]
@@ -14,6 +15,9 @@ struct Args {
     /// State directory; wiped at start so a run after a crash starts clean.
     #[arg(long)]
     dir: Option<PathBuf>,
+    /// Only the control plane and the node agent: no operator, no sample cluster.
+    #[arg(long)]
+    no_operator: bool,
 }
 
 #[tokio::main]
@@ -36,6 +40,7 @@ async fn main() -> anyhow::Result<()> {
     println!("  export PATH={}:$PATH", kubectl.parent().expect("bin dir").display());
     println!("  kubectl get nodes,pods -A");
     println!();
+    let operator = if args.no_operator { None } else { Some(start_operator(&env, &dir)?) };
     println!("Logs: {}  (Pods: node-agent/pods/<ns>_<pod>_<uid>/containers/<c>/output.log)", dir.display());
     println!("Press Ctrl-C to stop everything.");
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
@@ -44,7 +49,53 @@ async fn main() -> anyhow::Result<()> {
         _ = term.recv() => {}
     }
     eprintln!("stopping ...");
+    drop(operator);
     drop(env);
     eprintln!("stopped");
     Ok(())
+}
+
+/// Installs deploy/ (CRDs, namespace, RBAC), runs the operator as its
+/// ServiceAccount, applies the example RedisCluster and waits for it.
+fn start_operator(env: &Environment, dir: &std::path::Path) -> anyhow::Result<ManagedProcess> {
+    let root = tools::repo_root();
+    for manifest in ["deploy/crds", "deploy/00-namespace.yaml", "deploy/rbac.yaml"] {
+        let (ok, out) = env.kubectl(&["apply", "--server-side", "-f", root.join(manifest).to_str().unwrap()], None);
+        anyhow::ensure!(ok, "kubectl apply -f {manifest}: {out}");
+    }
+    let (ok, out) = env.kubectl(&["wait", "--for=condition=Established", "crd/redisclusters.slotkeeper.io"], None);
+    anyhow::ensure!(ok, "CRD not established: {out}");
+    let kubeconfig = dir.join("operator.kubeconfig");
+    env.service_account_kubeconfig("slotkeeper-system", "slotkeeper", &kubeconfig).map_err(anyhow::Error::msg)?;
+    let binary = tools::workspace_binary("slotkeeper").map_err(anyhow::Error::msg)?;
+    let metrics_port = slotkeeper_env::control_plane::free_port()?;
+    let operator = ManagedProcess::spawn(
+        ProcessSpec::new("slotkeeper", binary, dir.join("operator.log"))
+            .args(["run", "--instance", "slotkeeper-local", "--kubeconfig"])
+            .arg(&kubeconfig)
+            .arg(format!("--metrics-addr=127.0.0.1:{metrics_port}")),
+    )?;
+    println!(
+        "operator running as ServiceAccount slotkeeper-system/slotkeeper; metrics on http://127.0.0.1:{metrics_port}/metrics"
+    );
+    let example = root.join("deploy/examples/rediscluster.yaml");
+    let (ok, out) = env.kubectl(&["apply", "-f", example.to_str().unwrap()], None);
+    anyhow::ensure!(ok, "kubectl apply -f {}: {out}", example.display());
+    eprintln!("waiting for RedisCluster default/example to be Running ...");
+    let (ok, out) = env
+        .kubectl(&["wait", "--for=jsonpath={.status.phase}=Running", "--timeout=180s", "rediscluster/example"], None);
+    anyhow::ensure!(
+        ok,
+        "the example cluster did not reach Running: {out}\n(operator log: {})",
+        dir.join("operator.log").display()
+    );
+    let (_, ip) = env.kubectl(&["get", "pod", "example-shard-0-0", "-o", "jsonpath={.status.podIP}"], None);
+    println!("RedisCluster default/example is Running:");
+    println!("  kubectl get rdc");
+    println!("  kubectl describe rdc example");
+    println!(
+        "  redis-cli -c -h {ip} -a \"$(kubectl get secret example-password -o jsonpath='{{.data.password}}' | base64 -d)\" --no-auth-warning"
+    );
+    println!();
+    Ok(operator)
 }
