@@ -27,9 +27,11 @@ use crate::metrics::{ClusterLabels, Metrics};
 use crate::plan::{self, Action, Observed};
 use crate::resources;
 
-/// While work remains, look again soon; once converged, a slow resync still
+/// Right after a step, look again at once (the next step usually follows);
+/// while waiting on Pods or gossip, soon; once converged, a slow resync still
 /// notices changes inside Redis that no Kubernetes watch reports.
-const REQUEUE_WORKING: Duration = Duration::from_secs(1);
+const REQUEUE_AFTER_STEP: Duration = Duration::from_millis(100);
+const REQUEUE_WAITING: Duration = Duration::from_millis(500);
 const REQUEUE_CONVERGED: Duration = Duration::from_secs(30);
 
 /// Shared by every reconcile.
@@ -152,15 +154,16 @@ async fn reconcile_steps(cluster: &RedisCluster, ctx: &Context, namespace: &str)
         .await;
     }
     write_status(ctx, cluster, status).await?;
-    match acted? {
+    let requeue = match acted? {
         Some((reason, note)) => {
             tracing::info!(%reason, %note, "acted");
             ctx.event(cluster, EventType::Normal, &reason, note).await;
+            REQUEUE_AFTER_STEP
         }
-        None if !converged => tracing::debug!("waiting"),
-        None => {}
-    }
-    Ok(Requeue::requeue(if converged { REQUEUE_CONVERGED } else { REQUEUE_WORKING }))
+        None if converged => REQUEUE_CONVERGED,
+        None => REQUEUE_WAITING,
+    };
+    Ok(Requeue::requeue(requeue))
 }
 
 async fn write_status(ctx: &Context, cluster: &RedisCluster, status: RedisClusterStatus) -> Result<()> {

@@ -1,0 +1,105 @@
+//! Steady-state cost with 50 clusters of 3 masters: operator resident memory,
+//! reconcile latency (p50/p99 from the reconcile-time histogram) and API
+//! requests per minute, writes counted from the apiserver's audit log.
+//!
+//! Run: `cargo build --release --workspace --bins && cargo bench --bench scale`
+
+#[path = "../tests/common/mod.rs"]
+mod common;
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use common::operator::*;
+use common::*;
+use kube::Api;
+use kube::api::ListParams;
+use slotkeeper_operator::api::{Phase, RedisCluster};
+
+const CLUSTERS: usize = 50;
+const WINDOW: Duration = Duration::from_secs(60);
+
+/// Sum of samples whose line starts with `prefix`.
+fn sum(text: &str, prefix: &str) -> f64 {
+    text.lines().filter(|l| l.starts_with(prefix)).filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok()).sum()
+}
+
+/// Cumulative histogram buckets (le → count) of the reconcile time.
+fn buckets(text: &str) -> BTreeMap<String, f64> {
+    text.lines()
+        .filter(|l| l.starts_with("controller_runtime_reconcile_time_seconds_bucket"))
+        .filter_map(|l| {
+            let le = l.split("le=\"").nth(1)?.split('"').next()?.to_owned();
+            Some((le, l.rsplit(' ').next()?.parse().ok()?))
+        })
+        .collect()
+}
+
+/// The upper bound of the bucket holding quantile `q` of the window's reconciles.
+fn quantile(before: &BTreeMap<String, f64>, after: &BTreeMap<String, f64>, q: f64) -> String {
+    let mut rows: Vec<(f64, f64)> = after
+        .iter()
+        .map(|(le, n)| (le.parse::<f64>().unwrap_or(f64::INFINITY), n - before.get(le).copied().unwrap_or(0.0)))
+        .collect();
+    rows.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let total = rows.last().map(|r| r.1).unwrap_or(0.0);
+    let bound = rows.iter().find(|(_, n)| *n >= q * total).map(|r| r.0).unwrap_or(f64::INFINITY);
+    if bound.is_finite() { format!("<= {:.1} ms", bound * 1000.0) } else { "> largest bucket".into() }
+}
+
+fn main() {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
+        let env = shared_env();
+        let operator = shared_operator(env);
+        let client = env.client().await.unwrap();
+        let ns = namespace(&client, "bench-scale").await;
+        let manifests: String = (0..CLUSTERS)
+            .map(|i| format!("---\napiVersion: slotkeeper.io/v1alpha1\nkind: RedisCluster\nmetadata: {{name: c{i:02}, namespace: {ns}}}\nspec: {{masters: 3, version: 7.0.15}}\n"))
+            .collect();
+        let started = Instant::now();
+        let (ok, out) = kubectl(env, &["apply", "-f", "-"], Some(&manifests));
+        assert!(ok, "{out}");
+        let api: Api<RedisCluster> = Api::namespaced(client.clone(), &ns);
+        wait_until("all clusters Running", Duration::from_secs(900), || async {
+            let list = api.list(&ListParams::default()).await.ok()?;
+            let running = list.items.iter().filter(|c| c.status.as_ref().and_then(|s| s.phase) == Some(Phase::Running)).count();
+            (running == CLUSTERS).then_some(())
+        })
+        .await;
+        println!("{CLUSTERS} clusters of 3 masters Running after {:.0}s", started.elapsed().as_secs_f64());
+
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        let before = operator.metrics().await;
+        let since = k8s_openapi::jiff::Timestamp::now().to_string();
+        tokio::time::sleep(WINDOW).await;
+        let after = operator.metrics().await;
+
+        let rss = sum(&after, "process_resident_memory_bytes") / (1024.0 * 1024.0);
+        let reconciles = sum(&after, "controller_runtime_reconcile_total") - sum(&before, "controller_runtime_reconcile_total");
+        let requests = sum(&after, "rest_client_requests_total") - sum(&before, "rest_client_requests_total");
+        let (b, a) = (buckets(&before), buckets(&after));
+        let audit = std::fs::read_to_string(env.audit_log()).unwrap();
+        let (mut writes, mut lease_writes) = (Vec::new(), 0);
+        for event in audit.lines().filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok()) {
+            let ours = event["user"]["username"] == "system:serviceaccount:slotkeeper-system:slotkeeper";
+            let late = event["requestReceivedTimestamp"].as_str().is_some_and(|t| t > since.as_str());
+            let write = matches!(event["verb"].as_str(), Some("create" | "update" | "patch" | "delete"));
+            if ours && late && write && event["stage"] == "ResponseComplete" {
+                if event["objectRef"]["resource"] == "leases" {
+                    lease_writes += 1;
+                } else {
+                    writes.push(format!("{} {}", event["verb"], event["objectRef"]["resource"]));
+                }
+            }
+        }
+        let per_minute = 60.0 / WINDOW.as_secs_f64();
+        println!("steady state over {WINDOW:?} with {CLUSTERS} clusters:");
+        println!("  operator resident memory: {rss:.1} MiB (target < 50 MiB)");
+        println!("  reconciles: {:.0}/min; reconcile p50 {}, p99 {} (target p99 < 20 ms)", reconciles * per_minute, quantile(&b, &a, 0.5), quantile(&b, &a, 0.99));
+        println!("  API requests: {:.0}/min; writes other than Lease renewals: {} (target 0); Lease writes: {lease_writes}", requests * per_minute, writes.len());
+        if !writes.is_empty() {
+            println!("  writes: {writes:?}");
+        }
+    });
+}
