@@ -46,11 +46,15 @@ async fn floor_once(round: usize) -> f64 {
     let _processes: Vec<ManagedProcess> = ports
         .iter()
         .map(|port| {
-            let spec = ProcessSpec::new(format!("floor-{round}-{port}"), "/usr/bin/redis-server", dir.path().join(format!("{port}.log")))
-                .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--cluster-enabled", "yes"])
-                .args(["--cluster-config-file", &format!("nodes-{port}.conf"), "--cluster-node-timeout", "5000"])
-                .args(["--dir", dir.path().to_str().unwrap(), "--save", "", "--appendonly", "yes"])
-                .args(["--appenddirname", &format!("aof-{port}")]);
+            let spec = ProcessSpec::new(
+                format!("floor-{round}-{port}"),
+                "/usr/bin/redis-server",
+                dir.path().join(format!("{port}.log")),
+            )
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--cluster-enabled", "yes"])
+            .args(["--cluster-config-file", &format!("nodes-{port}.conf"), "--cluster-node-timeout", "5000"])
+            .args(["--dir", dir.path().to_str().unwrap(), "--save", "", "--appendonly", "yes"])
+            .args(["--appenddirname", &format!("aof-{port}")]);
             ManagedProcess::spawn(spec).unwrap()
         })
         .collect();
@@ -70,7 +74,8 @@ async fn floor_once(round: usize) -> f64 {
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
     for port in &ports {
-        wait_until("floor cluster ok", Duration::from_secs(30), || async { cluster_ok(*port).await.then_some(()) }).await;
+        wait_until("floor cluster ok", Duration::from_secs(30), || async { cluster_ok(*port).await.then_some(()) })
+            .await;
     }
     started.elapsed().as_secs_f64()
 }
@@ -105,6 +110,9 @@ fn main() {
             println!("round {round}: redis-cli --cluster create {:.2}s, slotkeeper {:.2}s", floor[round], ours[round]);
         }
         let (f, s) = (median(floor), median(ours));
-        println!("bootstrap 3x1 (median of {ROUNDS}): floor {f:.2}s, slotkeeper {s:.2}s, ratio {:.2}x (target <= 1.5x)", s / f);
+        println!(
+            "bootstrap 3x1 (median of {ROUNDS}): floor {f:.2}s, slotkeeper {s:.2}s, ratio {:.2}x (target <= 1.5x)",
+            s / f
+        );
     });
 }

@@ -3,10 +3,10 @@
 //! spec. Pure functions over data; the reconciler does the IO.
 //!
 //! Bootstrap order, each step idempotent and safe to repeat after a crash:
-//! all Pods reachable → MEET every node into the seed's cluster → every node
-//! knows every other → ADDSLOTS per shard master (only slots nobody owns) →
-//! REPLICATE the other Pods of each shard. A node joins only the seed's
-//! cluster and slots are assigned only once everyone agrees on membership,
+//! all Pods reachable → ADDSLOTS per shard master (its own even share, only
+//! slots no node claims) → MEET every node into the seed's cluster → every
+//! node knows every other → REPLICATE the other Pods of each shard. Shares are
+//! disjoint by construction and every stranger joins the one seed's cluster,
 //! so a restart at any point cannot form a second cluster or assign a slot twice.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -88,6 +88,23 @@ pub fn plan(observed: &Observed) -> Action {
         return Action::Wait(format!("{} of {expected} Redis nodes reachable", reachable.len()));
     }
 
+    // Slots first, while fresh masters are still alone: a master that learns
+    // of other slot owners before owning all of its own counts itself in a
+    // minority and waits cluster-node-timeout before reporting ok (Redis's
+    // rejoin delay), which is what `redis-cli --cluster create` avoids the same way.
+    let masters = shard_masters(observed, &reachable);
+    // A slot counts as owned if any node says so, its owner first: gossip of a
+    // fresh assignment may not have reached the seed yet.
+    let owned: BTreeSet<u16> =
+        observed.redis.values().flat_map(|f| f.nodes.iter()).flat_map(|n| expand(&n.slots)).collect();
+    for (shard, master) in masters.iter().enumerate() {
+        let target = shard_range(shard, observed.shards);
+        let missing: BTreeSet<u16> = (target.start..=target.end).filter(|s| !owned.contains(s)).collect();
+        if !missing.is_empty() {
+            return Action::AddSlots { pod: master.name.clone(), shard, ranges: to_ranges(&missing) };
+        }
+    }
+
     // Seed: the node that already knows most of the cluster (owning slots wins ties).
     let seed = reachable
         .iter()
@@ -111,19 +128,6 @@ pub fn plan(observed: &Observed) -> Action {
     let still_gossiping = reachable.iter().filter(|p| !all_ids.is_subset(&observed.redis[&p.name].known_ids())).count();
     if still_gossiping > 0 {
         return Action::Wait(format!("cluster handshake in progress on {still_gossiping} nodes"));
-    }
-
-    let masters = shard_masters(observed, &reachable);
-    // A slot counts as owned if any node says so, its owner first: gossip of a
-    // fresh assignment may not have reached the seed yet.
-    let owned: BTreeSet<u16> =
-        observed.redis.values().flat_map(|f| f.nodes.iter()).flat_map(|n| expand(&n.slots)).collect();
-    for (shard, master) in masters.iter().enumerate() {
-        let target = shard_range(shard, observed.shards);
-        let missing: BTreeSet<u16> = (target.start..=target.end).filter(|s| !owned.contains(s)).collect();
-        if !missing.is_empty() {
-            return Action::AddSlots { pod: master.name.clone(), shard, ranges: to_ranges(&missing) };
-        }
     }
 
     for (shard, master) in masters.iter().enumerate() {

@@ -50,7 +50,7 @@ fn truth(o: &Observed) -> Vec<ClusterNode> {
     o.redis.values().filter_map(|f| f.myself().cloned()).collect()
 }
 
-/// Every node learns the full, current membership (gossip finished).
+/// Every node learns the full, current membership (MEET and gossip finished).
 fn gossip(o: &mut Observed) {
     let everyone = truth(o);
     for (pod, fact) in o.redis.iter_mut() {
@@ -63,9 +63,20 @@ fn gossip(o: &mut Observed) {
             })
             .collect();
     }
-    let assigned: usize = truth(o).iter().map(|n| expand(&n.slots).len()).sum();
+    sync(o);
+}
+
+/// Nodes that know each other see each other's current state; nobody learns
+/// of a new node. `cluster_state` is ok where a node's view covers every slot.
+fn sync(o: &mut Observed) {
+    let everyone = truth(o);
     for fact in o.redis.values_mut() {
-        fact.cluster_state = if assigned == SLOTS as usize { "ok".into() } else { "fail".into() };
+        for n in &mut fact.nodes {
+            let current = everyone.iter().find(|t| t.id == n.id).unwrap();
+            *n = ClusterNode { myself: n.myself, ..current.clone() };
+        }
+        let covered: usize = fact.nodes.iter().map(|n| expand(&n.slots).len()).sum();
+        fact.cluster_state = if covered == SLOTS as usize { "ok".into() } else { "fail".into() };
     }
 }
 
@@ -75,13 +86,13 @@ fn apply(o: &mut Observed, action: &Action) {
         Action::AddSlots { pod, ranges, .. } => {
             let me = o.redis.get_mut(pod).unwrap().nodes.iter_mut().find(|n| n.myself).unwrap();
             me.slots.extend(ranges.iter().copied());
-            gossip(o);
+            sync(o);
         }
         Action::Replicate { pod, master_id, .. } => {
             let me = o.redis.get_mut(pod).unwrap().nodes.iter_mut().find(|n| n.myself).unwrap();
             me.master = false;
             me.master_id = Some(master_id.clone());
-            gossip(o);
+            sync(o);
         }
         Action::Wait(_) | Action::Converged => {}
     }
@@ -127,19 +138,25 @@ fn fresh_nodes_wait_until_all_are_reachable() {
 }
 
 #[test]
-fn bootstrap_meets_assigns_slots_then_replicates() {
+fn bootstrap_assigns_slots_then_meets_then_replicates() {
     let mut o = fresh(3, 1);
     let steps = converge(&mut o);
-    assert!(matches!(steps[0], Action::Meet { ref targets, .. } if targets.len() == 5), "{:?}", steps[0]);
-    assert_eq!(steps.iter().filter(|s| matches!(s, Action::AddSlots { .. })).count(), 3);
-    assert_eq!(steps.iter().filter(|s| matches!(s, Action::Replicate { .. })).count(), 3);
+    assert!(steps[..3].iter().all(|s| matches!(s, Action::AddSlots { .. })), "{steps:?}");
+    assert!(matches!(steps[3], Action::Meet { ref targets, .. } if targets.len() == 5), "{:?}", steps[3]);
+    assert!(steps[4..].iter().all(|s| matches!(s, Action::Replicate { .. })), "{steps:?}");
+    assert_eq!(steps.len(), 7);
     assert_healthy(&o);
 }
 
 #[test]
-fn waits_for_gossip_before_assigning_slots() {
-    let mut o = fresh(3, 0);
-    let Action::Meet { via, .. } = plan(&o) else { panic!() };
+fn waits_for_gossip_before_attaching_replicas() {
+    let mut o = fresh(3, 1);
+    let mut action = plan(&o);
+    while matches!(action, Action::AddSlots { .. }) {
+        apply(&mut o, &action);
+        action = plan(&o);
+    }
+    let Action::Meet { via, .. } = action else { panic!("expected Meet, got {action:?}") };
     // The seed learned everyone, the others have not heard back yet.
     let everyone = truth(&o);
     let seed = o.redis.get_mut(&via).unwrap();
@@ -156,8 +173,6 @@ fn waits_for_gossip_before_assigning_slots() {
 #[test]
 fn interrupted_slot_assignment_resumes_with_only_the_missing_slots() {
     let mut o = fresh(3, 1);
-    let meet = plan(&o);
-    apply(&mut o, &meet);
     let Action::AddSlots { pod, shard, ranges } = plan(&o) else { panic!("expected AddSlots") };
     assert_eq!(ranges, vec![SlotRange { start: 0, end: 5461 }]);
     // The operator died after the first half of the ADDSLOTS batches.
