@@ -11,8 +11,8 @@
 
 use std::collections::BTreeMap;
 
-use kube::Resource as _;
 use kube::api::ObjectMeta;
+use kube::{Resource as _, ResourceExt as _};
 use serde_json::{Value, json};
 
 use crate::api::RedisCluster;
@@ -56,7 +56,7 @@ impl Names<'_> {
 
 pub fn labels(cluster: &RedisCluster) -> BTreeMap<String, String> {
     BTreeMap::from([
-        (LABEL_CLUSTER.into(), cluster.metadata.name.clone().unwrap_or_default()),
+        (LABEL_CLUSTER.into(), cluster.name_any()),
         (LABEL_MANAGED_BY.into(), "slotkeeper".into()),
         (LABEL_NAME.into(), "redis".into()),
     ])
@@ -87,17 +87,7 @@ pub fn image(cluster: &RedisCluster) -> String {
 pub fn password_source(cluster: &RedisCluster) -> (String, String) {
     match &cluster.spec.auth {
         Some(auth) => (auth.secret_name.clone(), auth.key.clone()),
-        None => (Names(&cluster.name()).generated_password_secret(), "password".into()),
-    }
-}
-
-trait ClusterName {
-    fn name(&self) -> String;
-}
-
-impl ClusterName for RedisCluster {
-    fn name(&self) -> String {
-        self.metadata.name.clone().unwrap_or_default()
+        None => (Names(&cluster.name_any()).generated_password_secret(), "password".into()),
     }
 }
 
@@ -139,7 +129,7 @@ pub fn redis_conf(cluster: &RedisCluster) -> String {
          appendonly yes\n\
          protected-mode no\n\
          include {AUTH_DIR}/auth.conf\n",
-        name = cluster.name()
+        name = cluster.name_any()
     );
     if !cluster.spec.config.contains_key("maxmemory")
         && let Some(bytes) = maxmemory_for_limit(cluster)
@@ -159,7 +149,7 @@ pub fn auth_conf(password: &str) -> String {
 }
 
 pub fn config_map(cluster: &RedisCluster) -> Value {
-    let names = Names(&cluster.metadata.name.clone().unwrap_or_default()).config_map();
+    let names = Names(&cluster.name_any()).config_map();
     json!({
         "apiVersion": "v1", "kind": "ConfigMap",
         "metadata": meta(cluster, names, &[]),
@@ -168,7 +158,7 @@ pub fn config_map(cluster: &RedisCluster) -> Value {
 }
 
 pub fn auth_secret(cluster: &RedisCluster, password: &str) -> Value {
-    let name = Names(&cluster.name()).auth_config_secret();
+    let name = Names(&cluster.name_any()).auth_config_secret();
     json!({
         "apiVersion": "v1", "kind": "Secret",
         "metadata": meta(cluster, name, &[]),
@@ -178,7 +168,7 @@ pub fn auth_secret(cluster: &RedisCluster, password: &str) -> Value {
 }
 
 pub fn generated_password_secret(cluster: &RedisCluster, password: &str) -> Value {
-    let name = Names(&cluster.name()).generated_password_secret();
+    let name = Names(&cluster.name_any()).generated_password_secret();
     json!({
         "apiVersion": "v1", "kind": "Secret",
         "metadata": meta(cluster, name, &[]),
@@ -188,8 +178,8 @@ pub fn generated_password_secret(cluster: &RedisCluster, password: &str) -> Valu
 }
 
 pub fn services(cluster: &RedisCluster) -> Vec<Value> {
-    let names = Names(&cluster.metadata.name.clone().unwrap_or_default());
-    let selector = json!({ LABEL_CLUSTER: cluster.name() });
+    let names = Names(&cluster.name_any());
+    let selector = json!({ LABEL_CLUSTER: cluster.name_any() });
     vec![
         json!({
             "apiVersion": "v1", "kind": "Service",
@@ -213,11 +203,11 @@ pub fn services(cluster: &RedisCluster) -> Vec<Value> {
 }
 
 pub fn stateful_set(cluster: &RedisCluster, shard: usize) -> Value {
-    let names = Names(&cluster.metadata.name.clone().unwrap_or_default());
+    let names = Names(&cluster.name_any());
     let shard_labels = [(LABEL_SHARD, shard.to_string())];
     let mut pod_labels = labels(cluster);
     pod_labels.insert(LABEL_SHARD.into(), shard.to_string());
-    let selector = json!({ LABEL_CLUSTER: cluster.name(), LABEL_SHARD: shard.to_string() });
+    let selector = json!({ LABEL_CLUSTER: cluster.name_any(), LABEL_SHARD: shard.to_string() });
     let scheduling = cluster.spec.scheduling.clone().unwrap_or_default();
     let affinity = scheduling.affinity.map(|a| serde_json::to_value(a).expect("serializable")).unwrap_or_else(|| {
         json!({ "podAntiAffinity": { "preferredDuringSchedulingIgnoredDuringExecution": [{
@@ -300,20 +290,20 @@ pub fn disruption_budget(cluster: &RedisCluster) -> Value {
     let max_unavailable = if cluster.spec.replicas_per_master > 0 { 1 } else { 0 };
     json!({
         "apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
-        "metadata": meta(cluster, cluster.name(), &[]),
-        "spec": { "maxUnavailable": max_unavailable, "selector": { "matchLabels": { LABEL_CLUSTER: cluster.name() } } },
+        "metadata": meta(cluster, cluster.name_any(), &[]),
+        "spec": { "maxUnavailable": max_unavailable, "selector": { "matchLabels": { LABEL_CLUSTER: cluster.name_any() } } },
     })
 }
 
 /// Clients from the namespace and the operator may reach the client port; the
 /// cluster bus is open only between this cluster's own Pods.
 pub fn network_policy(cluster: &RedisCluster) -> Value {
-    let own = json!({ "podSelector": { "matchLabels": { LABEL_CLUSTER: cluster.name() } } });
+    let own = json!({ "podSelector": { "matchLabels": { LABEL_CLUSTER: cluster.name_any() } } });
     json!({
         "apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
-        "metadata": meta(cluster, cluster.name(), &[]),
+        "metadata": meta(cluster, cluster.name_any(), &[]),
         "spec": {
-            "podSelector": { "matchLabels": { LABEL_CLUSTER: cluster.name() } },
+            "podSelector": { "matchLabels": { LABEL_CLUSTER: cluster.name_any() } },
             "policyTypes": ["Ingress"],
             "ingress": [
                 { "ports": [{ "port": REDIS_PORT }], "from": [
