@@ -125,21 +125,30 @@ pub fn plan(observed: &Observed) -> Action {
         return Action::Meet { via: seed.name.clone(), targets: strangers };
     }
     let all_ids: BTreeSet<&str> = reachable.iter().filter_map(|p| observed.id_of(&p.name)).collect();
-    let still_gossiping = reachable.iter().filter(|p| !all_ids.is_subset(&observed.redis[&p.name].known_ids())).count();
-    if still_gossiping > 0 {
-        return Action::Wait(format!("cluster handshake in progress on {still_gossiping} nodes"));
-    }
 
     for (shard, master) in masters.iter().enumerate() {
         let master_id = observed.id_of(&master.name).expect("reachable").to_owned();
         for pod in reachable.iter().filter(|p| p.shard == shard && p.name != master.name) {
-            let me = observed.redis[&pod.name].myself().expect("reachable");
-            if me.master_id.as_deref() != Some(master_id.as_str()) {
-                return Action::Replicate { pod: pod.name.clone(), master_pod: master.name.clone(), master_id };
+            let fact = &observed.redis[&pod.name];
+            let me = fact.myself().expect("reachable");
+            if me.master_id.as_deref() == Some(master_id.as_str()) {
+                continue;
             }
+            // REPLICATE needs only the master to be known, not the whole cluster.
+            if !fact.known_ids().contains(master_id.as_str()) {
+                return Action::Wait(format!(
+                    "cluster handshake in progress: {} does not know its master yet",
+                    pod.name
+                ));
+            }
+            return Action::Replicate { pod: pod.name.clone(), master_pod: master.name.clone(), master_id };
         }
     }
 
+    let still_gossiping = reachable.iter().filter(|p| !all_ids.is_subset(&observed.redis[&p.name].known_ids())).count();
+    if still_gossiping > 0 {
+        return Action::Wait(format!("cluster handshake in progress on {still_gossiping} nodes"));
+    }
     if owned.len() < SLOTS as usize {
         return Action::Wait(format!("{} of {SLOTS} slots assigned", owned.len()));
     }

@@ -157,6 +157,7 @@ fn waits_for_gossip_before_attaching_replicas() {
         action = plan(&o);
     }
     let Action::Meet { via, .. } = action else { panic!("expected Meet, got {action:?}") };
+    // Replicas are on the strangers' side: they have not heard of their masters.
     // The seed learned everyone, the others have not heard back yet.
     let everyone = truth(&o);
     let seed = o.redis.get_mut(&via).unwrap();
