@@ -60,6 +60,8 @@ impl Default for Metrics {
         let mut registry = Registry::default();
         let reconcile_total = Family::<ResultLabels, Counter>::default();
         let reconcile_errors_total = Family::<ControllerLabels, Counter>::default();
+        // Exposed at 0 from the start, so an alert on its rate has a series to read.
+        drop(reconcile_errors_total.get_or_create(&ControllerLabels { controller: CONTROLLER.into() }));
         let reconcile_time_seconds = Family::<ControllerLabels, Histogram>::new_with_constructor(|| {
             Histogram::new(exponential_buckets(0.001, 2.0, 14))
         });

@@ -10,7 +10,7 @@ use super::Context;
 use crate::api::RedisCluster;
 use crate::api::names::{ANNOTATION_SPEC_HASH, FIELD_MANAGER};
 use crate::error::{Error, Result};
-use crate::resources::{self, Names};
+use crate::resources;
 
 /// Applies `object` if it is missing or its hash differs; returns whether it wrote.
 pub async fn apply_if_changed(ctx: &Context, namespace: &str, object: Value) -> Result<bool> {
@@ -60,7 +60,7 @@ pub async fn password(ctx: &Context, cluster: &RedisCluster, namespace: &str) ->
     match secrets.create(&PostParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() }, &object).await
     {
         Ok(_) => {
-            tracing::info!(namespace, secret = %Names(&secret_name).0, "generated password Secret");
+            tracing::info!(namespace, secret = %secret_name, "generated password Secret");
             Ok(generated)
         }
         // Lost a race with ourselves (a previous attempt): read what won.

@@ -353,28 +353,26 @@ fn random_token() -> String {
 }
 
 fn kubeconfig_yaml(server: &str, ca_pem: &str, tokens: &Tokens) -> String {
-    let users: Vec<&str> = tokens.entries.iter().map(|(_, u, _)| u.as_str()).collect();
-    let config = serde_json::json!({
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [{"name": "local", "cluster": {"server": server, "certificate-authority-data": base64(ca_pem)}}],
-        "users": users.iter().map(|u| serde_json::json!({"name": u, "user": {"token": tokens.token_of(u)}})).collect::<Vec<_>>(),
-        "contexts": users.iter().map(|u| serde_json::json!({"name": u, "context": {"cluster": "local", "user": u, "namespace": "default"}})).collect::<Vec<_>>(),
-        "current-context": ADMIN_USER,
-    });
-    // JSON is YAML; kubectl and kube-rs read it as such.
-    serde_json::to_string_pretty(&config).expect("static JSON")
+    let users: Vec<(&str, &str)> =
+        tokens.entries.iter().map(|(token, user, _)| (user.as_str(), token.as_str())).collect();
+    kubeconfig_for(server, ca_pem, &users, ADMIN_USER)
 }
 
 fn single_user_kubeconfig_yaml(server: &str, ca_pem: &str, user: &str, token: &str) -> String {
+    kubeconfig_for(server, ca_pem, &[(user, token)], user)
+}
+
+/// A kubeconfig with one context per (user, token), named after the user.
+fn kubeconfig_for(server: &str, ca_pem: &str, users: &[(&str, &str)], current: &str) -> String {
     let config = serde_json::json!({
         "apiVersion": "v1",
         "kind": "Config",
         "clusters": [{"name": "local", "cluster": {"server": server, "certificate-authority-data": base64(ca_pem)}}],
-        "users": [{"name": user, "user": {"token": token}}],
-        "contexts": [{"name": user, "context": {"cluster": "local", "user": user}}],
-        "current-context": user,
+        "users": users.iter().map(|(u, t)| serde_json::json!({"name": u, "user": {"token": t}})).collect::<Vec<_>>(),
+        "contexts": users.iter().map(|(u, _)| serde_json::json!({"name": u, "context": {"cluster": "local", "user": u, "namespace": "default"}})).collect::<Vec<_>>(),
+        "current-context": current,
     });
+    // JSON is YAML; kubectl and kube-rs read it as such.
     serde_json::to_string_pretty(&config).expect("static JSON")
 }
 
