@@ -8,6 +8,7 @@ use std::sync::Arc;
 use clap::{Parser, Subcommand, ValueEnum};
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use slotkeeper_operator::controller::cache::Caches;
 use slotkeeper_operator::controller::{self, Context};
 use slotkeeper_operator::leader::LeaderElector;
 use slotkeeper_operator::metrics::{CountRequestsLayer, Metrics};
@@ -89,11 +90,12 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     let state = ServerState { metrics: metrics.clone(), ready: ready.clone() };
     let server = tokio::spawn(server::serve(args.metrics_addr, state));
     tracing::info!(namespace = args.namespace.as_deref().unwrap_or("<all>"), instance = %args.instance, "slotkeeper operator starting");
-    let ctx = Arc::new(Context::new(client.clone(), args.instance.clone(), metrics));
     let namespace = args.namespace.as_deref();
+    let (caches, triggers) = Caches::new(&client, namespace);
+    let ctx = Arc::new(Context::new(client.clone(), args.instance.clone(), metrics, caches));
     if !args.leader_elect {
         ready.store(true, Ordering::Relaxed);
-        controller::run(ctx, namespace).await;
+        controller::run(ctx, triggers, namespace).await;
         tracing::info!("slotkeeper operator stopped");
         return Ok(());
     }
@@ -106,7 +108,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         result = server => anyhow::bail!("metrics server stopped: {result:?}"),
     }
     tokio::select! {
-        _ = controller::run(ctx, namespace) => {
+        _ = controller::run(ctx, triggers, namespace) => {
             tracing::info!("slotkeeper operator stopped");
             Ok(())
         }

@@ -70,6 +70,17 @@ pub enum Action {
     Converged,
 }
 
+impl Action {
+    /// The Pods this action sends commands to.
+    pub fn pods(&self) -> Vec<&str> {
+        match self {
+            Action::Meet { via, .. } => vec![via],
+            Action::AddSlots { pod, .. } | Action::Replicate { pod, .. } => vec![pod],
+            Action::Wait(_) | Action::Converged => vec![],
+        }
+    }
+}
+
 impl Observed {
     fn desired_pods(&self) -> impl Iterator<Item = &PodFact> {
         self.pods.iter().filter(|p| p.shard < self.shards && p.ordinal <= self.replicas_per_master)

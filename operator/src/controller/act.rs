@@ -2,18 +2,45 @@
 
 use std::collections::BTreeMap;
 
+use super::Context;
 use crate::api::catalog;
 use crate::error::Result;
 use crate::failpoint;
 use crate::plan::{Action, PodFact};
-use crate::redis::client::RedisNode;
 
 /// Runs `action`; returns a sentence for the event, or `None` if it was only a wait.
-pub async fn act(action: &Action, pods: &[PodFact], password: &str, version: &str) -> Result<Option<(String, String)>> {
+/// A failed call drops the pooled connection it used.
+pub async fn act(
+    ctx: &Context,
+    key: &str,
+    action: &Action,
+    pods: &[PodFact],
+    password: &str,
+    version: &str,
+) -> Result<Option<(String, String)>> {
+    let result = act_on(ctx, key, action, pods, password, version).await;
+    if result.is_err() {
+        for pod in action.pods() {
+            if let Some(ip) = pods.iter().find(|p| p.name == pod).and_then(|p| p.ip.as_deref()) {
+                ctx.redis.discard(key, ip);
+            }
+        }
+    }
+    result
+}
+
+async fn act_on(
+    ctx: &Context,
+    key: &str,
+    action: &Action,
+    pods: &[PodFact],
+    password: &str,
+    version: &str,
+) -> Result<Option<(String, String)>> {
     let ip_of: BTreeMap<&str, &str> = pods.iter().filter_map(|p| Some((p.name.as_str(), p.ip.as_deref()?))).collect();
     let connect = |pod: &str| {
         let ip = ip_of.get(pod).copied().unwrap_or_default().to_owned();
-        async move { RedisNode::connect(&ip, password).await }
+        async move { ctx.redis.node(key, &ip, password).await }
     };
     match action {
         Action::Meet { via, targets } => {

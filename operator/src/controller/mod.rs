@@ -3,6 +3,7 @@
 
 mod act;
 mod apply;
+pub mod cache;
 mod observe;
 pub mod report;
 
@@ -10,12 +11,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt as _;
-use k8s_openapi::api::apps::v1::StatefulSet;
+use futures::future::try_join_all;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::{Action as Requeue, Controller};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::watcher;
+use serde_json::Value;
 use kube::{Client, Resource as _, ResourceExt as _};
 use serde_json::json;
 use tracing::Instrument as _;
@@ -25,13 +27,15 @@ use crate::api::{RedisCluster, RedisClusterStatus};
 use crate::error::{Error, Result};
 use crate::metrics::{ClusterLabels, Metrics};
 use crate::plan::{self, Action, Observed};
+use crate::redis::pool::Pool;
 use crate::resources;
+use cache::{Caches, Triggers};
 
 /// Right after a step, look again at once (the next step usually follows);
-/// while waiting on Pods or gossip, soon; once converged, a slow resync still
+/// while waiting on gossip, soon (Pod changes arrive by watch); once converged, a slow resync still
 /// notices changes inside Redis that no Kubernetes watch reports.
 const REQUEUE_AFTER_STEP: Duration = Duration::from_millis(100);
-const REQUEUE_WAITING: Duration = Duration::from_millis(500);
+const REQUEUE_WAITING: Duration = Duration::from_millis(200);
 const REQUEUE_CONVERGED: Duration = Duration::from_secs(30);
 
 /// Shared by every reconcile.
@@ -39,12 +43,15 @@ pub struct Context {
     pub client: Client,
     pub recorder: Recorder,
     pub metrics: Arc<Metrics>,
+    pub caches: Caches,
+    /// Open connections to Redis nodes, reused across reconciles.
+    pub redis: Pool,
 }
 
 impl Context {
-    pub fn new(client: Client, instance: String, metrics: Arc<Metrics>) -> Self {
+    pub fn new(client: Client, instance: String, metrics: Arc<Metrics>, caches: Caches) -> Self {
         let reporter = Reporter { controller: FIELD_MANAGER.into(), instance: Some(instance) };
-        Self { recorder: Recorder::new(client.clone(), reporter), client, metrics }
+        Self { recorder: Recorder::new(client.clone(), reporter), client, metrics, caches, redis: Pool::default() }
     }
 
     async fn event(&self, cluster: &RedisCluster, type_: EventType, reason: &str, note: String) {
@@ -56,13 +63,20 @@ impl Context {
 }
 
 /// Runs the controller until the stream ends (the process is stopping).
-pub async fn run(ctx: Arc<Context>, namespace: Option<&str>) {
-    let (clusters, sets): (Api<RedisCluster>, Api<StatefulSet>) = match namespace {
-        Some(ns) => (Api::namespaced(ctx.client.clone(), ns), Api::namespaced(ctx.client.clone(), ns)),
-        None => (Api::all(ctx.client.clone()), Api::all(ctx.client.clone())),
+/// `triggers` are the watches that fill `ctx.caches`.
+pub async fn run(ctx: Arc<Context>, triggers: Triggers, namespace: Option<&str>) {
+    let clusters: Api<RedisCluster> = match namespace {
+        Some(ns) => Api::namespaced(ctx.client.clone(), ns),
+        None => Api::all(ctx.client.clone()),
     };
     Controller::new(clusters, watcher::Config::default())
-        .owns(sets, watcher::Config::default().labels(crate::api::names::LABEL_CLUSTER))
+        .watches_stream(triggers.pods, |pod| cache::cluster_of(&pod))
+        .owns_stream(triggers.secrets)
+        .owns_stream(triggers.stateful_sets)
+        .owns_stream(triggers.services)
+        .owns_stream(triggers.config_maps)
+        .owns_stream(triggers.disruption_budgets)
+        .owns_stream(triggers.network_policies)
         .shutdown_on_signal()
         .run(reconcile, error_policy, ctx)
         .for_each(|result| async move {
@@ -89,7 +103,9 @@ async fn reconcile(cluster: Arc<RedisCluster>, ctx: Arc<Context>) -> Result<Requ
 }
 
 async fn reconcile_in_span(cluster: Arc<RedisCluster>, ctx: Arc<Context>, namespace: String) -> Result<Requeue> {
+    ctx.caches.synced().await;
     if cluster.metadata.deletion_timestamp.is_some() {
+        ctx.redis.forget_cluster(&format!("{namespace}/{}", cluster.name_any()));
         ctx.metrics.forget_cluster(&ClusterLabels { namespace, cluster: cluster.name_any() });
         return Ok(Requeue::await_change()); // owner references clean up
     }
@@ -110,25 +126,29 @@ async fn reconcile_steps(cluster: &RedisCluster, ctx: &Context, namespace: &str)
     let name = cluster.name_any();
     // Kubernetes objects first: the Pods must exist before Redis can be asked.
     let password = apply::password(ctx, cluster, namespace).await?;
+    // Configuration before the workloads that mount it; each group at once.
+    let (config, workloads): (Vec<Value>, Vec<Value>) = std::iter::once(resources::auth_secret(cluster, &password))
+        .chain(resources::desired_objects(cluster))
+        .partition(|o| matches!(o["kind"].as_str(), Some("Secret" | "ConfigMap" | "Service")));
     let mut applied = Vec::new();
-    let objects =
-        std::iter::once(resources::auth_secret(cluster, &password)).chain(resources::desired_objects(cluster));
-    for object in objects {
-        let label = format!(
-            "{} {}",
-            object["kind"].as_str().unwrap_or_default(),
-            object["metadata"]["name"].as_str().unwrap_or_default()
-        );
-        if apply::apply_if_changed(ctx, namespace, object).await? {
-            applied.push(label);
-        }
+    for group in [config, workloads] {
+        let writes = group.into_iter().map(|object| async move {
+            let label = format!(
+                "{} {}",
+                object["kind"].as_str().unwrap_or_default(),
+                object["metadata"]["name"].as_str().unwrap_or_default()
+            );
+            Ok::<_, Error>(apply::apply_if_changed(ctx, namespace, object).await?.then_some(label))
+        });
+        applied.extend(try_join_all(writes).await?.into_iter().flatten());
     }
     if !applied.is_empty() {
         ctx.event(cluster, EventType::Normal, "Applied", format!("applied {}", applied.join(", "))).await;
     }
 
-    let pods = observe::pods(ctx, namespace, &name).await?;
-    let redis = observe::redis(&pods, &password).await;
+    let pods = observe::pods(ctx, namespace, &name);
+    let key = format!("{namespace}/{name}");
+    let redis = observe::redis(ctx, &key, &pods, &password).await;
     let observed = Observed {
         shards: cluster.spec.masters.max(0) as usize,
         replicas_per_master: cluster.spec.replicas_per_master.max(0) as usize,
@@ -137,7 +157,7 @@ async fn reconcile_steps(cluster: &RedisCluster, ctx: &Context, namespace: &str)
     };
     let action = plan::plan(&observed);
     tracing::debug!(?action, "planned");
-    let acted = act::act(&action, &observed.pods, &password, &cluster.spec.version).await;
+    let acted = act::act(ctx, &key, &action, &observed.pods, &password, &cluster.spec.version).await;
     let status = report::build_status(cluster, &observed, &action, Timestamp::now());
     let converged = action == Action::Converged;
     let labels = ClusterLabels { namespace: namespace.to_owned(), cluster: name.clone() };

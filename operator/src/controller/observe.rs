@@ -1,24 +1,20 @@
-//! Observe: the cluster's Pods from Kubernetes and each Redis node's view.
+//! Observe: the cluster's Pods from the watch cache and each Redis node's view.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use futures::future::join_all;
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, ListParams};
 
 use super::Context;
-use crate::api::names::{LABEL_CLUSTER, LABEL_SHARD};
-use crate::error::{Error, Result};
+use crate::api::names::LABEL_SHARD;
+use crate::error::Result;
 use crate::plan::{PodFact, RedisFact};
-use crate::redis::client::{RedisNode, info_field};
+use crate::redis::client::info_field;
 
-pub async fn pods(ctx: &Context, namespace: &str, cluster: &str) -> Result<Vec<PodFact>> {
-    let api: Api<Pod> = Api::namespaced(ctx.client.clone(), namespace);
-    let list = api
-        .list(&ListParams::default().labels(&format!("{LABEL_CLUSTER}={cluster}")))
-        .await
-        .map_err(Error::kube(format!("list Pods of {namespace}/{cluster}")))?;
-    Ok(list.items.iter().filter(|p| p.metadata.deletion_timestamp.is_none()).filter_map(pod_fact).collect())
+pub fn pods(ctx: &Context, namespace: &str, cluster: &str) -> Vec<PodFact> {
+    let mut pods: Vec<PodFact> = ctx.caches.pods_of(namespace, cluster).iter().filter_map(|p| pod_fact(p)).collect();
+    pods.sort_by(|a, b| a.name.cmp(&b.name));
+    pods
 }
 
 fn pod_fact(pod: &Pod) -> Option<PodFact> {
@@ -37,11 +33,23 @@ fn pod_fact(pod: &Pod) -> Option<PodFact> {
 }
 
 /// Asks every Pod with an address, concurrently; unreachable ones are left out.
-pub async fn redis(pods: &[PodFact], password: &str) -> BTreeMap<String, RedisFact> {
+pub async fn redis(ctx: &Context, key: &str, pods: &[PodFact], password: &str) -> BTreeMap<String, RedisFact> {
+    let live: BTreeSet<&str> = pods.iter().filter_map(|p| p.ip.as_deref()).collect();
+    ctx.redis.retain(key, &live);
     let asks = pods.iter().filter_map(|p| Some((p.name.clone(), p.ip.clone()?))).map(|(name, ip)| async move {
-        match ask(&ip, password).await {
+        // A pooled connection may have died with its process: one fresh try.
+        let pooled = ctx.redis.contains(key, &ip);
+        let mut result = ask(ctx, key, &ip, password).await;
+        if result.is_err() {
+            ctx.redis.discard(key, &ip);
+            if pooled {
+                result = ask(ctx, key, &ip, password).await;
+            }
+        }
+        match result {
             Ok(fact) => Some((name, fact)),
             Err(error) => {
+                ctx.redis.discard(key, &ip);
                 tracing::debug!(pod = %name, %error, "redis not reachable");
                 None
             }
@@ -50,18 +58,14 @@ pub async fn redis(pods: &[PodFact], password: &str) -> BTreeMap<String, RedisFa
     join_all(asks).await.into_iter().flatten().collect()
 }
 
-async fn ask(ip: &str, password: &str) -> Result<RedisFact> {
-    let mut node = RedisNode::connect(ip, password).await?;
-    let nodes = node.cluster_nodes().await?;
-    let info = node.cluster_info().await?;
-    let server = node.info("server").await?;
-    let replication = node.info("replication").await?;
+async fn ask(ctx: &Context, key: &str, ip: &str, password: &str) -> Result<RedisFact> {
+    let facts = ctx.redis.node(key, ip, password).await?.facts().await?;
     let offset_field =
-        if nodes.iter().any(|n| n.myself && n.master) { "master_repl_offset" } else { "slave_repl_offset" };
+        if facts.nodes.iter().any(|n| n.myself && n.master) { "master_repl_offset" } else { "slave_repl_offset" };
     Ok(RedisFact {
-        nodes,
-        cluster_state: info_field(&info, "cluster_state").unwrap_or("unknown").to_owned(),
-        version: info_field(&server, "redis_version").unwrap_or("unknown").to_owned(),
-        replication_offset: info_field(&replication, offset_field).and_then(|v| v.parse().ok()),
+        cluster_state: info_field(&facts.cluster_info, "cluster_state").unwrap_or("unknown").to_owned(),
+        version: info_field(&facts.server_info, "redis_version").unwrap_or("unknown").to_owned(),
+        replication_offset: info_field(&facts.replication_info, offset_field).and_then(|v| v.parse().ok()),
+        nodes: facts.nodes,
     })
 }

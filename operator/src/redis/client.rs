@@ -1,4 +1,4 @@
-//! A short-lived connection to one Redis node, with a deadline on every call.
+//! A connection to one Redis node, with a deadline on every call.
 //! The operator never shells out to redis-cli: everything is a native command.
 
 use std::time::Duration;
@@ -21,6 +21,14 @@ pub enum RedisError {
     Command { addr: String, command: &'static str, source: redis::RedisError },
     #[error("redis at {addr}: {source}")]
     Parse { addr: String, source: ParseError },
+}
+
+/// The raw answers [`RedisNode::facts`] collects.
+pub struct NodeFacts {
+    pub nodes: Vec<ClusterNode>,
+    pub cluster_info: String,
+    pub server_info: String,
+    pub replication_info: String,
 }
 
 pub struct RedisNode {
@@ -55,25 +63,34 @@ impl RedisNode {
         Ok(Self { addr, connection })
     }
 
+    /// Wraps a connection that is already open and authenticated.
+    pub fn from_connection(ip: &str, connection: MultiplexedConnection) -> Self {
+        Self { addr: format!("{ip}:{REDIS_PORT}"), connection }
+    }
+
+    /// A handle sharing this connection (multiplexed, cheap to clone).
+    pub fn connection(&self) -> MultiplexedConnection {
+        self.connection.clone()
+    }
+
+    /// Everything the planner reads from a node, in one round trip.
+    pub async fn facts(&mut self) -> Result<NodeFacts, RedisError> {
+        let mut pipe = redis::pipe();
+        pipe.cmd("CLUSTER").arg("NODES").cmd("CLUSTER").arg("INFO").cmd("INFO").arg("server").cmd("INFO").arg("replication");
+        let (nodes, cluster_info, server_info, replication_info): (String, String, String, String) =
+            tokio::time::timeout(CALL_TIMEOUT, pipe.query_async(&mut self.connection))
+                .await
+                .map_err(|_| RedisError::Timeout { addr: self.addr.clone(), command: "CLUSTER NODES+INFO" })?
+                .map_err(|source| RedisError::Command { addr: self.addr.clone(), command: "CLUSTER NODES+INFO", source })?;
+        let nodes = parse_cluster_nodes(&nodes).map_err(|source| RedisError::Parse { addr: self.addr.clone(), source })?;
+        Ok(NodeFacts { nodes, cluster_info, server_info, replication_info })
+    }
+
     async fn call<T: redis::FromRedisValue>(&mut self, name: &'static str, cmd: &redis::Cmd) -> Result<T, RedisError> {
         tokio::time::timeout(CALL_TIMEOUT, cmd.query_async(&mut self.connection))
             .await
             .map_err(|_| RedisError::Timeout { addr: self.addr.clone(), command: name })?
             .map_err(|source| RedisError::Command { addr: self.addr.clone(), command: name, source })
-    }
-
-    pub async fn cluster_nodes(&mut self) -> Result<Vec<ClusterNode>, RedisError> {
-        let text: String = self.call("CLUSTER NODES", redis::cmd("CLUSTER").arg("NODES")).await?;
-        parse_cluster_nodes(&text).map_err(|source| RedisError::Parse { addr: self.addr.clone(), source })
-    }
-
-    /// A field of `CLUSTER INFO`, e.g. `cluster_state`.
-    pub async fn cluster_info(&mut self) -> Result<String, RedisError> {
-        self.call("CLUSTER INFO", redis::cmd("CLUSTER").arg("INFO")).await
-    }
-
-    pub async fn info(&mut self, section: &'static str) -> Result<String, RedisError> {
-        self.call("INFO", redis::cmd("INFO").arg(section)).await
     }
 
     pub async fn meet(&mut self, ip: &str) -> Result<(), RedisError> {

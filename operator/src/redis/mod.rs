@@ -1,4 +1,6 @@
-//! Talking to Redis (client) and understanding what it says (topology).
+//! Talking to Redis (client, pooled connections) and understanding what it
+//! says (topology).
 
 pub mod client;
+pub mod pool;
 pub mod topology;

@@ -1,0 +1,160 @@
+//! Watch-fed caches of everything the operator owns, so a reconcile reads
+//! Kubernetes from memory: a steady-state reconcile makes no API request.
+//!
+//! Owned objects are cached as metadata only (the content-hash annotation is
+//! all the applier compares); Pods and the operator's own Secrets in full,
+//! since their status and data are read. Every watch is narrowed to objects
+//! carrying the cluster label, and every change to one triggers the owning
+//! cluster's reconcile.
+
+use futures::Stream;
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::core::PartialObjectMeta;
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{WatchStreamExt as _, watcher};
+use kube::{Api, Client, Resource};
+use serde::de::DeserializeOwned;
+
+use crate::api::RedisCluster;
+use crate::api::names::{ANNOTATION_SPEC_HASH, LABEL_CLUSTER};
+
+type Trigger<K> = std::pin::Pin<Box<dyn Stream<Item = Result<K, watcher::Error>> + Send>>;
+
+/// Read side: what the watches have seen so far.
+#[derive(Clone)]
+pub struct Caches {
+    pub pods: Store<Pod>,
+    pub secrets: Store<Secret>,
+    stateful_sets: Store<PartialObjectMeta<StatefulSet>>,
+    services: Store<PartialObjectMeta<Service>>,
+    config_maps: Store<PartialObjectMeta<ConfigMap>>,
+    disruption_budgets: Store<PartialObjectMeta<PodDisruptionBudget>>,
+    network_policies: Store<PartialObjectMeta<NetworkPolicy>>,
+}
+
+/// Write side: the watch streams that fill the caches, each also a trigger
+/// for the controller. Nothing is cached until the controller polls them.
+pub struct Triggers {
+    pub pods: Trigger<Pod>,
+    pub secrets: Trigger<Secret>,
+    pub stateful_sets: Trigger<PartialObjectMeta<StatefulSet>>,
+    pub services: Trigger<PartialObjectMeta<Service>>,
+    pub config_maps: Trigger<PartialObjectMeta<ConfigMap>>,
+    pub disruption_budgets: Trigger<PartialObjectMeta<PodDisruptionBudget>>,
+    pub network_policies: Trigger<PartialObjectMeta<NetworkPolicy>>,
+}
+
+fn api<K>(client: &Client, namespace: Option<&str>) -> Api<K>
+where
+    K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
+{
+    match namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    }
+}
+
+fn labelled() -> watcher::Config {
+    watcher::Config::default().labels(LABEL_CLUSTER)
+}
+
+/// A labelled watch feeding a store; for `PartialObjectMeta<_>` it asks
+/// the apiserver for metadata only.
+fn watch<K>(client: &Client, namespace: Option<&str>) -> (Store<K>, Trigger<K>)
+where
+    K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+{
+    let (store, writer) = reflector::store();
+    let stream = watcher(api::<K>(client, namespace), labelled()).default_backoff().reflect(writer).touched_objects();
+    (store, Box::pin(stream))
+}
+
+impl Caches {
+    pub fn new(client: &Client, namespace: Option<&str>) -> (Self, Triggers) {
+        let (pods, pod_trigger) = watch(client, namespace);
+        let (secrets, secret_trigger) = watch(client, namespace);
+        let (stateful_sets, set_trigger) = watch(client, namespace);
+        let (services, service_trigger) = watch(client, namespace);
+        let (config_maps, config_map_trigger) = watch(client, namespace);
+        let (disruption_budgets, budget_trigger) = watch(client, namespace);
+        let (network_policies, policy_trigger) = watch(client, namespace);
+        let caches = Self { pods, secrets, stateful_sets, services, config_maps, disruption_budgets, network_policies };
+        let triggers = Triggers {
+            pods: pod_trigger,
+            secrets: secret_trigger,
+            stateful_sets: set_trigger,
+            services: service_trigger,
+            config_maps: config_map_trigger,
+            disruption_budgets: budget_trigger,
+            network_policies: policy_trigger,
+        };
+        (caches, triggers)
+    }
+
+    /// Waits until every watch has listed once, so "absent" means absent.
+    pub async fn synced(&self) {
+        // A dropped writer means the process is stopping; nothing to wait for.
+        let _ = futures::join!(
+            self.pods.wait_until_ready(),
+            self.secrets.wait_until_ready(),
+            self.stateful_sets.wait_until_ready(),
+            self.services.wait_until_ready(),
+            self.config_maps.wait_until_ready(),
+            self.disruption_budgets.wait_until_ready(),
+            self.network_policies.wait_until_ready(),
+        );
+    }
+
+    /// The content hash stored on an owned object: `None` when the object is
+    /// absent, `Some(None)` when it carries no hash (made by someone else).
+    pub fn stored_hash(&self, kind: &str, namespace: &str, name: &str) -> Option<Option<String>> {
+        fn hash_of<K: Resource>(object: &K) -> Option<String> {
+            object.meta().annotations.as_ref()?.get(ANNOTATION_SPEC_HASH).cloned()
+        }
+        fn lookup<K>(store: &Store<K>, namespace: &str, name: &str) -> Option<Option<String>>
+        where
+            K: Resource + Clone + 'static,
+            K::DynamicType: Default + Eq + std::hash::Hash + Clone,
+        {
+            store.get(&ObjectRef::new(name).within(namespace)).map(|o| hash_of(o.as_ref()))
+        }
+        match kind {
+            "Secret" => lookup(&self.secrets, namespace, name),
+            "StatefulSet" => lookup(&self.stateful_sets, namespace, name),
+            "Service" => lookup(&self.services, namespace, name),
+            "ConfigMap" => lookup(&self.config_maps, namespace, name),
+            "PodDisruptionBudget" => lookup(&self.disruption_budgets, namespace, name),
+            "NetworkPolicy" => lookup(&self.network_policies, namespace, name),
+            _ => None,
+        }
+    }
+
+    /// The cluster's Pods that are not being deleted.
+    pub fn pods_of(&self, namespace: &str, cluster: &str) -> Vec<std::sync::Arc<Pod>> {
+        self.pods.state_filter(|p| {
+            p.metadata.namespace.as_deref() == Some(namespace)
+                && p.metadata.deletion_timestamp.is_none()
+                && p.metadata.labels.as_ref().and_then(|l| l.get(LABEL_CLUSTER)).map(String::as_str) == Some(cluster)
+        })
+    }
+
+    /// A Secret the operator owns (labelled), e.g. the generated password.
+    pub fn owned_secret(&self, namespace: &str, name: &str) -> Option<std::sync::Arc<Secret>> {
+        self.secrets.get(&ObjectRef::new(name).within(namespace))
+    }
+}
+
+/// The cluster an object belongs to, by its cluster label.
+pub fn cluster_of<K: Resource>(object: &K) -> Option<ObjectRef<RedisCluster>> {
+    let name = object.meta().labels.as_ref()?.get(LABEL_CLUSTER)?;
+    Some(ObjectRef::new(name).within(object.meta().namespace.as_deref()?))
+}

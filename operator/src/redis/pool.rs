@@ -1,0 +1,82 @@
+//! Connections kept open between reconciles, one per Redis node, so a
+//! steady-state reconcile costs one pipelined round trip per node instead of
+//! a TCP handshake and AUTH. Entries are grouped by cluster: a reconcile
+//! drops its cluster's connections to addresses no Pod holds any more, and a
+//! failed call drops the connection it used.
+
+use std::collections::hash_map::DefaultHasher;
+use std::collections::{BTreeSet, HashMap};
+use std::hash::{Hash as _, Hasher as _};
+use std::sync::Mutex;
+
+use redis::aio::MultiplexedConnection;
+
+use super::client::{RedisError, RedisNode};
+
+/// `namespace/cluster`.
+pub type ClusterKey = String;
+
+struct Pooled {
+    /// A password change must not reuse a connection authenticated with the
+    /// old one; only a fingerprint is kept, never the password.
+    password_fingerprint: u64,
+    connection: MultiplexedConnection,
+}
+
+#[derive(Default)]
+pub struct Pool {
+    clusters: Mutex<HashMap<ClusterKey, HashMap<String, Pooled>>>,
+}
+
+fn fingerprint(password: &str) -> u64 {
+    let mut hasher = DefaultHasher::new();
+    password.hash(&mut hasher);
+    hasher.finish()
+}
+
+impl Pool {
+    /// A connection to `ip`, reused when one is open with this password.
+    pub async fn node(&self, cluster: &str, ip: &str, password: &str) -> Result<RedisNode, RedisError> {
+        let wanted = fingerprint(password);
+        let reused = self.clusters.lock().expect("pool lock").get(cluster).and_then(|nodes| {
+            nodes.get(ip).filter(|p| p.password_fingerprint == wanted).map(|p| p.connection.clone())
+        });
+        if let Some(connection) = reused {
+            return Ok(RedisNode::from_connection(ip, connection));
+        }
+        let node = RedisNode::connect(ip, password).await?;
+        let pooled = Pooled { password_fingerprint: wanted, connection: node.connection() };
+        self.clusters.lock().expect("pool lock").entry(cluster.to_owned()).or_default().insert(ip.to_owned(), pooled);
+        Ok(node)
+    }
+
+    pub fn contains(&self, cluster: &str, ip: &str) -> bool {
+        self.clusters.lock().expect("pool lock").get(cluster).is_some_and(|nodes| nodes.contains_key(ip))
+    }
+
+    /// Forgets the connection to `ip` (after it failed).
+    pub fn discard(&self, cluster: &str, ip: &str) {
+        if let Some(nodes) = self.clusters.lock().expect("pool lock").get_mut(cluster) {
+            nodes.remove(ip);
+        }
+    }
+
+    /// Keeps only connections to addresses the cluster's Pods hold now.
+    pub fn retain(&self, cluster: &str, live: &BTreeSet<&str>) {
+        if let Some(nodes) = self.clusters.lock().expect("pool lock").get_mut(cluster) {
+            nodes.retain(|ip, _| live.contains(ip.as_str()));
+        }
+    }
+
+    pub fn forget_cluster(&self, cluster: &str) {
+        self.clusters.lock().expect("pool lock").remove(cluster);
+    }
+
+    pub fn len(&self) -> usize {
+        self.clusters.lock().expect("pool lock").values().map(HashMap::len).sum()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
