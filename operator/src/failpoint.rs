@@ -7,10 +7,12 @@ use std::sync::OnceLock;
 pub const ENV: &str = "SLOTKEEPER_FAILPOINT";
 
 /// Points the reconciler passes: after a MEET step, after the first slot
-/// batch of an assignment, after the first REPLICATE.
+/// batch of an assignment, after the first REPLICATE, and in a reshard
+/// after keys moved but before slot ownership changed.
 pub const AFTER_MEET: &str = "after-meet";
 pub const MID_ADDSLOTS: &str = "mid-addslots";
 pub const MID_REPLICATE: &str = "mid-replicate";
+pub const MID_MIGRATION: &str = "mid-migration";
 
 pub fn hit(name: &str) {
     static ARMED: OnceLock<Option<String>> = OnceLock::new();

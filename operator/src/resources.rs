@@ -202,7 +202,9 @@ pub fn services(cluster: &RedisCluster) -> Vec<Value> {
     ]
 }
 
-pub fn stateful_set(cluster: &RedisCluster, shard: usize) -> Value {
+/// Shard `shard`'s StatefulSet with `pods` Pods (the master and its replicas;
+/// more while a master on a higher ordinal is failed over first).
+pub fn stateful_set(cluster: &RedisCluster, shard: usize, pods: usize) -> Value {
     let names = Names(&cluster.name_any());
     let shard_labels = [(LABEL_SHARD, shard.to_string())];
     let mut pod_labels = labels(cluster);
@@ -260,7 +262,7 @@ pub fn stateful_set(cluster: &RedisCluster, shard: usize) -> Value {
     }
     let mut spec = json!({
         "serviceName": names.headless_service(),
-        "replicas": 1 + cluster.spec.replicas_per_master,
+        "replicas": pods,
         "podManagementPolicy": "Parallel",
         "selector": { "matchLabels": selector },
         "template": { "metadata": { "labels": pod_labels }, "spec": pod_spec },
@@ -273,8 +275,9 @@ pub fn stateful_set(cluster: &RedisCluster, shard: usize) -> Value {
         }
         spec["volumeClaimTemplates"] =
             json!([{ "metadata": { "name": "data", "labels": labels(cluster) }, "spec": claim_spec }]);
-        let when_deleted = if storage.keep_on_delete { "Retain" } else { "Delete" };
-        spec["persistentVolumeClaimRetentionPolicy"] = json!({ "whenDeleted": when_deleted, "whenScaled": "Retain" });
+        // A replica removed by scaling leaves its data behind only with keepOnDelete.
+        let policy = if storage.keep_on_delete { "Retain" } else { "Delete" };
+        spec["persistentVolumeClaimRetentionPolicy"] = json!({ "whenDeleted": policy, "whenScaled": policy });
     }
     json!({
         "apiVersion": "apps/v1", "kind": "StatefulSet",
@@ -316,11 +319,12 @@ pub fn network_policy(cluster: &RedisCluster) -> Value {
     })
 }
 
-/// Every object but the Secrets, in apply order.
-pub fn desired_objects(cluster: &RedisCluster) -> Vec<Value> {
+/// Every object but the Secrets, in apply order; `shard_sizes` gives the
+/// Pods per staying shard (leaving shards are not applied, only removed).
+pub fn desired_objects(cluster: &RedisCluster, shard_sizes: &BTreeMap<usize, usize>) -> Vec<Value> {
     let mut objects = vec![config_map(cluster)];
     objects.extend(services(cluster));
-    objects.extend((0..cluster.spec.masters.max(0) as usize).map(|shard| stateful_set(cluster, shard)));
+    objects.extend(shard_sizes.iter().map(|(&shard, &pods)| stateful_set(cluster, shard, pods)));
     objects.push(disruption_budget(cluster));
     objects.push(network_policy(cluster));
     objects

@@ -11,7 +11,7 @@ fn cluster(yaml_spec: serde_json::Value) -> RedisCluster {
 #[test]
 fn one_stateful_set_per_shard_with_owner_and_anti_affinity() {
     let c = cluster(json!({"masters": 3, "replicasPerMaster": 1, "version": "7.0.15"}));
-    let objects = desired_objects(&c);
+    let objects = desired_objects(&c, &BTreeMap::from([(0, 2), (1, 2), (2, 2)]));
     let sets: Vec<&Value> = objects.iter().filter(|o| o["kind"] == "StatefulSet").collect();
     assert_eq!(sets.len(), 3);
     let set = sets[1];
@@ -28,12 +28,14 @@ fn one_stateful_set_per_shard_with_owner_and_anti_affinity() {
 #[test]
 fn storage_adds_claims_and_retention_follows_keep_on_delete() {
     let mut c = cluster(json!({"masters": 3, "version": "6.2.14", "storage": {"size": "2Gi", "keepOnDelete": true}}));
-    let set = stateful_set(&c, 0);
+    let set = stateful_set(&c, 0, 1);
     assert_eq!(set["spec"]["volumeClaimTemplates"][0]["spec"]["resources"]["requests"]["storage"], "2Gi");
     assert_eq!(set["spec"]["persistentVolumeClaimRetentionPolicy"]["whenDeleted"], "Retain");
+    assert_eq!(set["spec"]["persistentVolumeClaimRetentionPolicy"]["whenScaled"], "Retain");
     assert_eq!(set["spec"]["template"]["spec"]["containers"][0]["image"], "redis:6.2.14");
     c.spec.storage = Some(StorageSpec { size: "2Gi".into(), storage_class_name: None, keep_on_delete: false });
-    assert_eq!(stateful_set(&c, 0)["spec"]["persistentVolumeClaimRetentionPolicy"]["whenDeleted"], "Delete");
+    let policy = &stateful_set(&c, 0, 1)["spec"]["persistentVolumeClaimRetentionPolicy"];
+    assert_eq!((&policy["whenDeleted"], &policy["whenScaled"]), (&json!("Delete"), &json!("Delete")));
 }
 
 #[test]

@@ -56,6 +56,10 @@ pub fn start_operator_with(env: &Environment, instance: &str, vars: &[(&str, &st
             .args(["run", "--log-format", "json", "--instance", instance, "--kubeconfig"])
             .arg(&kubeconfig)
             .arg(format!("--metrics-addr=127.0.0.1:{metrics_port}"));
+    // SLOTKEEPER_TEST_LOG=<filter> makes the operators of a test run verbose.
+    if let Ok(filter) = std::env::var("SLOTKEEPER_TEST_LOG") {
+        spec = spec.env("RUST_LOG", &filter);
+    }
     for (key, value) in vars {
         spec = spec.env(*key, *value);
     }
@@ -69,6 +73,30 @@ pub async fn wait_running(api: &Api<RedisCluster>, name: &str, timeout: Duration
         let status = c.status.as_ref()?;
         let ready = status.conditions.iter().any(|c| c.type_ == "Ready" && c.status == "True");
         (status.phase == Some(Phase::Running) && ready).then_some(c)
+    })
+    .await
+}
+
+/// Running and Ready for the current generation, with `masters` masters
+/// and `pods` Redis nodes in status, and no reshard in progress.
+pub async fn wait_settled(
+    api: &Api<RedisCluster>,
+    name: &str,
+    masters: i32,
+    pods: usize,
+    timeout: Duration,
+) -> RedisCluster {
+    wait_until(&format!("RedisCluster {name} settled with {masters} masters and {pods} nodes"), timeout, || async {
+        let c = api.get(name).await.ok()?;
+        let status = c.status.as_ref()?;
+        let ready = status.conditions.iter().any(|c| c.type_ == "Ready" && c.status == "True");
+        let settled = status.phase == Some(Phase::Running)
+            && ready
+            && status.observed_generation == c.metadata.generation
+            && status.ready_masters == masters
+            && status.nodes.len() == pods
+            && status.reshard.is_none();
+        settled.then_some(c)
     })
     .await
 }

@@ -158,6 +158,23 @@ pub struct RedisClusterStatus {
     /// The step in progress, for anything that takes more than one reconcile.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub step: Option<StepStatus>,
+    /// The slot movement in progress (scale out or in), while there is one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reshard: Option<ReshardStatus>,
+}
+
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct ReshardStatus {
+    /// Slots this reshard moves in all.
+    pub slots_total: i32,
+    pub slots_moved: i32,
+    /// The first slot of the batch moving now.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub current_slot: Option<i32>,
+    /// The batch moving now, per pair of masters, e.g. `c-shard-0-0 -> c-shard-3-0: 512 slots`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub moving: Vec<String>,
 }
 
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]

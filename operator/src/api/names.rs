@@ -20,4 +20,7 @@ pub const REASON_PAUSED: &str = "Paused";
 pub const REASON_INVALID_SPEC: &str = "InvalidSpec";
 pub const REASON_REDIS_UNREACHABLE: &str = "RedisUnreachable";
 pub const REASON_CONVERGED: &str = "Converged";
+pub const REASON_REFUSED: &str = "ScaleInRefused";
+pub const REASON_SCALING: &str = "Scaling";
+pub const REASON_RECOVERING: &str = "Recovering";
 pub const REASON_NONE: &str = "AsExpected";

@@ -1,28 +1,43 @@
-//! Act: carry out one planned step against Redis.
+//! Act: carry out one planned step against Redis (or, for a drained shard,
+//! against Kubernetes).
 
 use std::collections::BTreeMap;
 
+use futures::future::{join_all, try_join_all};
+use k8s_openapi::api::apps::v1::StatefulSet;
+use kube::api::{Api, DeleteParams};
+
 use super::Context;
 use crate::api::catalog;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::failpoint;
-use crate::plan::{Action, PodFact};
+use crate::plan::{Action, Batch, PodFact};
+use crate::redis::migrate::{self, Moved, Pair};
+use crate::resources::Names;
 
-/// Runs `action`; returns a sentence for the event, or `None` if it was only a wait.
-/// A failed call drops the pooled connection it used.
+/// Who the action is for.
+pub struct Target<'a> {
+    pub namespace: &'a str,
+    pub cluster: &'a str,
+    /// The key of the cluster's pooled connections.
+    pub key: &'a str,
+    pub password: &'a str,
+    pub version: &'a str,
+}
+
+/// Runs `action`; returns the reason and sentence for an event, or `None`
+/// if it was only a wait. A failed call drops the pooled connections it used.
 pub async fn act(
     ctx: &Context,
-    key: &str,
+    target: &Target<'_>,
     action: &Action,
     pods: &[PodFact],
-    password: &str,
-    version: &str,
 ) -> Result<Option<(String, String)>> {
-    let result = act_on(ctx, key, action, pods, password, version).await;
+    let result = act_on(ctx, target, action, pods).await;
     if result.is_err() {
         for pod in action.pods() {
             if let Some(ip) = pods.iter().find(|p| p.name == pod).and_then(|p| p.ip.as_deref()) {
-                ctx.redis.discard(key, ip);
+                ctx.redis.discard(target.key, ip);
             }
         }
     }
@@ -31,17 +46,16 @@ pub async fn act(
 
 async fn act_on(
     ctx: &Context,
-    key: &str,
+    target: &Target<'_>,
     action: &Action,
     pods: &[PodFact],
-    password: &str,
-    version: &str,
 ) -> Result<Option<(String, String)>> {
     let ip_of: BTreeMap<&str, &str> = pods.iter().filter_map(|p| Some((p.name.as_str(), p.ip.as_deref()?))).collect();
     let connect = |pod: &str| {
         let ip = ip_of.get(pod).copied().unwrap_or_default().to_owned();
-        async move { ctx.redis.node(key, &ip, password).await }
+        async move { ctx.redis.node(target.key, &ip, target.password).await }
     };
+    let event = |reason: &str, note: String| Ok(Some((reason.to_owned(), note)));
     match action {
         Action::Meet { via, targets } => {
             let mut node = connect(via).await?;
@@ -49,19 +63,97 @@ async fn act_on(
                 node.meet(ip).await?;
             }
             failpoint::hit(failpoint::AFTER_MEET);
-            Ok(Some(("ClusterMeet".into(), format!("{via} met {} node(s): {}", targets.len(), targets.join(", ")))))
+            event("ClusterMeet", format!("{via} met {} node(s): {}", targets.len(), targets.join(", ")))
         }
         Action::AddSlots { pod, shard, ranges } => {
-            let has_range = catalog::lookup(version).is_some_and(|e| e.has_addslotsrange);
+            let has_range = catalog::lookup(target.version).is_some_and(|e| e.has_addslotsrange);
             connect(pod).await?.add_slots(ranges, has_range, || failpoint::hit(failpoint::MID_ADDSLOTS)).await?;
             let list: Vec<String> = ranges.iter().map(ToString::to_string).collect();
-            Ok(Some(("SlotsAssigned".into(), format!("shard {shard} master {pod} assigned slots {}", list.join(",")))))
+            event("SlotsAssigned", format!("shard {shard} master {pod} assigned slots {}", list.join(",")))
         }
         Action::Replicate { pod, master_pod, master_id } => {
             connect(pod).await?.replicate(master_id).await?;
             failpoint::hit(failpoint::MID_REPLICATE);
-            Ok(Some(("ReplicaAttached".into(), format!("{pod} now replicates {master_pod} ({master_id})"))))
+            event("ReplicaAttached", format!("{pod} now replicates {master_pod} ({master_id})"))
         }
-        Action::Wait(_) | Action::Converged => Ok(None),
+        Action::Forget { ids_by_pod } => {
+            // All at once: a node that still knows an id would gossip it back.
+            try_join_all(ids_by_pod.iter().map(|(pod, ids)| async move {
+                let mut node = connect(pod).await?;
+                for id in ids {
+                    node.forget(id).await?;
+                }
+                Ok::<_, Error>(())
+            }))
+            .await?;
+            let ids: std::collections::BTreeSet<&String> = ids_by_pod.values().flatten().collect();
+            let list: Vec<&str> = ids.iter().map(|s| s.as_str()).collect();
+            event("NodesForgotten", format!("forgot departed node(s) {}", list.join(", ")))
+        }
+        Action::Failover { pod, shard, reason } => {
+            connect(pod).await?.failover().await?;
+            event("FailedOver", format!("shard {shard}: {pod} promoted by CLUSTER FAILOVER ({reason})"))
+        }
+        Action::Stabilize { slots_by_pod } => {
+            for (pod, slots) in slots_by_pod {
+                let mut node = connect(pod).await?;
+                for slot in slots {
+                    node.stabilize(*slot).await?;
+                }
+            }
+            event("SlotsStabilized", format!("cleared migration marks whose other node is gone: {slots_by_pod:?}"))
+        }
+        Action::MoveSlots { batches, others, remaining, repair } => {
+            let moved = try_join_all(batches.iter().map(|b| move_batch(ctx, target, b))).await?;
+            // Best effort: the others learn by gossip anyway.
+            join_all(others.iter().map(|pod| async move {
+                let Ok(mut node) = connect(pod).await else { return };
+                for b in batches {
+                    let slots: Vec<u16> = b.slots.iter().map(|s| s.slot).collect();
+                    if let Err(error) = migrate::announce(&mut node, &slots, &b.target.id).await {
+                        tracing::debug!(%error, pod, "announcing new slot owners failed");
+                    }
+                }
+            }))
+            .await;
+            let total =
+                moved.iter().fold(Moved::default(), |a, m| Moved { slots: a.slots + m.slots, keys: a.keys + m.keys });
+            let pairs: Vec<String> =
+                batches.iter().map(|b| format!("{} → {}: {}", b.source.pod, b.target.pod, b.slots.len())).collect();
+            let (reason, verb) = if *repair { ("SlotsRepaired", "finished") } else { ("SlotsMoved", "moved") };
+            event(
+                reason,
+                format!(
+                    "{verb} {} slot(s), {} key(s) ({}); {remaining} slot(s) to go",
+                    total.slots,
+                    total.keys,
+                    pairs.join(", ")
+                ),
+            )
+        }
+        Action::RemoveShard { shard } => {
+            let name = Names(target.cluster).shard(*shard);
+            let sets: Api<StatefulSet> = Api::namespaced(ctx.client.clone(), target.namespace);
+            match sets.delete(&name, &DeleteParams::foreground()).await {
+                Ok(_) => {}
+                Err(kube::Error::Api(e)) if e.code == 404 => {}
+                Err(e) => return Err(Error::kube(format!("delete StatefulSet {}/{name}", target.namespace))(e)),
+            }
+            event("ShardRemoved", format!("shard {shard} drained of all slots; deleted StatefulSet {name}"))
+        }
+        Action::Wait(_) | Action::Refused(_) | Action::Converged => Ok(None),
     }
+}
+
+async fn move_batch(ctx: &Context, target: &Target<'_>, batch: &Batch) -> Result<Moved> {
+    let mut source = ctx.redis.node(target.key, &batch.source.ip, target.password).await?;
+    let mut destination = ctx.redis.node(target.key, &batch.target.ip, target.password).await?;
+    let pair = Pair {
+        source: &mut source,
+        source_id: &batch.source.id,
+        target: &mut destination,
+        target_id: &batch.target.id,
+        target_ip: &batch.target.ip,
+    };
+    Ok(migrate::transfer(pair, &batch.slots, target.password, &|| failpoint::hit(failpoint::MID_MIGRATION)).await?)
 }

@@ -66,8 +66,10 @@ pub async fn password(ctx: &Context, cluster: &RedisCluster, namespace: &str) ->
         }
         // Created by a previous attempt the cache has not seen yet: read what won.
         Err(kube::Error::Api(e)) if e.code == 409 => {
-            let secret =
-                secrets.get(&secret_name).await.map_err(Error::kube(format!("read Secret {namespace}/{secret_name}")))?;
+            let secret = secrets
+                .get(&secret_name)
+                .await
+                .map_err(Error::kube(format!("read Secret {namespace}/{secret_name}")))?;
             password_in(&secret, namespace, &secret_name, &key)
         }
         Err(e) => Err(Error::kube(format!("create Secret {namespace}/{secret_name}"))(e)),

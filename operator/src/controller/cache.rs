@@ -33,6 +33,9 @@ pub struct Caches {
     config_maps: Store<PartialObjectMeta<ConfigMap>>,
     disruption_budgets: Store<PartialObjectMeta<PodDisruptionBudget>>,
     network_policies: Store<PartialObjectMeta<NetworkPolicy>>,
+    /// True once every watch has listed once. A store's own readiness
+    /// future wakes only its last waiter, so reconciles wait on this instead.
+    synced: tokio::sync::watch::Receiver<bool>,
 }
 
 /// Write side: the watch streams that fill the caches, each also a trigger
@@ -87,7 +90,14 @@ impl Caches {
         let (config_maps, config_map_trigger) = watch(client, namespace);
         let (disruption_budgets, budget_trigger) = watch(client, namespace);
         let (network_policies, policy_trigger) = watch(client, namespace);
-        let caches = Self { pods, secrets, stateful_sets, services, config_maps, disruption_budgets, network_policies };
+        let (synced_tx, synced) = tokio::sync::watch::channel(false);
+        let caches =
+            Self { pods, secrets, stateful_sets, services, config_maps, disruption_budgets, network_policies, synced };
+        let stores = caches.clone();
+        tokio::spawn(async move {
+            stores.wait_for_every_store().await;
+            synced_tx.send_replace(true);
+        });
         let triggers = Triggers {
             pods: pod_trigger,
             secrets: secret_trigger,
@@ -102,6 +112,13 @@ impl Caches {
 
     /// Waits until every watch has listed once, so "absent" means absent.
     pub async fn synced(&self) {
+        let mut synced = self.synced.clone();
+        // An error means the process is stopping; nothing to wait for.
+        let _ = synced.wait_for(|ready| *ready).await;
+    }
+
+    /// The one waiter on the stores' readiness.
+    async fn wait_for_every_store(&self) {
         // A dropped writer means the process is stopping; nothing to wait for.
         let _ = futures::join!(
             self.pods.wait_until_ready(),

@@ -17,8 +17,8 @@ use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::{Action as Requeue, Controller};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::watcher;
-use serde_json::Value;
 use kube::{Client, Resource as _, ResourceExt as _};
+use serde_json::Value;
 use serde_json::json;
 use tracing::Instrument as _;
 
@@ -37,6 +37,13 @@ use cache::{Caches, Triggers};
 const REQUEUE_AFTER_STEP: Duration = Duration::from_millis(100);
 const REQUEUE_WAITING: Duration = Duration::from_millis(200);
 const REQUEUE_CONVERGED: Duration = Duration::from_secs(30);
+
+/// `base` ±20%, so clusters created together do not resync in one burst.
+fn jittered(base: Duration) -> Duration {
+    use std::hash::BuildHasher as _;
+    let random = std::collections::hash_map::RandomState::new().hash_one(std::time::Instant::now());
+    base.mul_f64(0.8 + 0.4 * (random % 1000) as f64 / 1000.0)
+}
 
 /// Shared by every reconcile.
 pub struct Context {
@@ -80,8 +87,10 @@ pub async fn run(ctx: Arc<Context>, triggers: Triggers, namespace: Option<&str>)
         .shutdown_on_signal()
         .run(reconcile, error_policy, ctx)
         .for_each(|result| async move {
-            if let Err(error) = result {
-                tracing::debug!(%error, "reconcile failed");
+            match result {
+                // Failed reconciles are logged by the error policy.
+                Err(kube::runtime::controller::Error::ReconcilerFailed(..)) | Ok(_) => {}
+                Err(error) => tracing::warn!(%error, "controller error (watch or queue)"),
             }
         })
         .await;
@@ -103,6 +112,7 @@ async fn reconcile(cluster: Arc<RedisCluster>, ctx: Arc<Context>) -> Result<Requ
 }
 
 async fn reconcile_in_span(cluster: Arc<RedisCluster>, ctx: Arc<Context>, namespace: String) -> Result<Requeue> {
+    tracing::debug!("waiting for caches");
     ctx.caches.synced().await;
     if cluster.metadata.deletion_timestamp.is_some() {
         ctx.redis.forget_cluster(&format!("{namespace}/{}", cluster.name_any()));
@@ -111,7 +121,7 @@ async fn reconcile_in_span(cluster: Arc<RedisCluster>, ctx: Arc<Context>, namesp
     }
     if cluster.spec.paused {
         write_status(&ctx, &cluster, report::paused_status(&cluster, Timestamp::now())).await?;
-        return Ok(Requeue::requeue(REQUEUE_CONVERGED));
+        return Ok(Requeue::requeue(jittered(REQUEUE_CONVERGED)));
     }
     match reconcile_steps(&cluster, &ctx, &namespace).await {
         Err(Error::InvalidSpec(message)) => {
@@ -124,11 +134,24 @@ async fn reconcile_in_span(cluster: Arc<RedisCluster>, ctx: Arc<Context>, namesp
 
 async fn reconcile_steps(cluster: &RedisCluster, ctx: &Context, namespace: &str) -> Result<Requeue> {
     let name = cluster.name_any();
-    // Kubernetes objects first: the Pods must exist before Redis can be asked.
     let password = apply::password(ctx, cluster, namespace).await?;
+    let pods = observe::pods(ctx, namespace, &name);
+    tracing::debug!(pods = pods.len(), "observing redis");
+    let key = format!("{namespace}/{name}");
+    let redis = observe::redis(ctx, &key, &pods, &password).await;
+    let observed = Observed {
+        shards: cluster.spec.masters.max(0) as usize,
+        replicas_per_master: cluster.spec.replicas_per_master.max(0) as usize,
+        pods,
+        redis,
+    };
+    let action = plan::plan(&observed);
+    tracing::debug!(?action, "planned");
+
+    // Kubernetes objects: the Pods must exist before Redis can be asked.
     // Configuration before the workloads that mount it; each group at once.
     let (config, workloads): (Vec<Value>, Vec<Value>) = std::iter::once(resources::auth_secret(cluster, &password))
-        .chain(resources::desired_objects(cluster))
+        .chain(resources::desired_objects(cluster, &observed.shard_sizes()))
         .partition(|o| matches!(o["kind"].as_str(), Some("Secret" | "ConfigMap" | "Service")));
     let mut applied = Vec::new();
     for group in [config, workloads] {
@@ -146,19 +169,10 @@ async fn reconcile_steps(cluster: &RedisCluster, ctx: &Context, namespace: &str)
         ctx.event(cluster, EventType::Normal, "Applied", format!("applied {}", applied.join(", "))).await;
     }
 
-    let pods = observe::pods(ctx, namespace, &name);
-    let key = format!("{namespace}/{name}");
-    let redis = observe::redis(ctx, &key, &pods, &password).await;
-    let observed = Observed {
-        shards: cluster.spec.masters.max(0) as usize,
-        replicas_per_master: cluster.spec.replicas_per_master.max(0) as usize,
-        pods,
-        redis,
-    };
-    let action = plan::plan(&observed);
-    tracing::debug!(?action, "planned");
-    let acted = act::act(ctx, &key, &action, &observed.pods, &password, &cluster.spec.version).await;
-    let status = report::build_status(cluster, &observed, &action, Timestamp::now());
+    let target =
+        act::Target { namespace, cluster: &name, key: &key, password: &password, version: &cluster.spec.version };
+    let acted = act::act(ctx, &target, &action, &observed.pods).await;
+    let status = report::build_status(cluster, &observed, &action, acted.is_ok(), Timestamp::now());
     let converged = action == Action::Converged;
     let labels = ClusterLabels { namespace: namespace.to_owned(), cluster: name.clone() };
     ctx.metrics.slots_assigned.get_or_create(&labels).set(i64::from(status.slots_assigned));
@@ -173,6 +187,12 @@ async fn reconcile_steps(cluster: &RedisCluster, ctx: &Context, namespace: &str)
         )
         .await;
     }
+    if let Action::Refused(reason) = &action
+        && cluster.status.as_ref().and_then(|s| s.step.as_ref()).is_none_or(|s| s.progress.as_ref() != Some(reason))
+    {
+        tracing::warn!(%reason, "refused");
+        ctx.event(cluster, EventType::Warning, crate::api::names::REASON_REFUSED, reason.clone()).await;
+    }
     write_status(ctx, cluster, status).await?;
     let requeue = match acted? {
         Some((reason, note)) => {
@@ -180,7 +200,7 @@ async fn reconcile_steps(cluster: &RedisCluster, ctx: &Context, namespace: &str)
             ctx.event(cluster, EventType::Normal, &reason, note).await;
             REQUEUE_AFTER_STEP
         }
-        None if converged => REQUEUE_CONVERGED,
+        None if converged || matches!(action, Action::Refused(_)) => jittered(REQUEUE_CONVERGED),
         None => REQUEUE_WAITING,
     };
     Ok(Requeue::requeue(requeue))

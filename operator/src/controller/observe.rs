@@ -8,7 +8,7 @@ use k8s_openapi::api::core::v1::Pod;
 use super::Context;
 use crate::api::names::LABEL_SHARD;
 use crate::error::Result;
-use crate::plan::{PodFact, RedisFact};
+use crate::plan::{MemoryFact, PodFact, RedisFact};
 use crate::redis::client::info_field;
 
 pub fn pods(ctx: &Context, namespace: &str, cluster: &str) -> Vec<PodFact> {
@@ -66,6 +66,16 @@ async fn ask(ctx: &Context, key: &str, ip: &str, password: &str) -> Result<Redis
         cluster_state: info_field(&facts.cluster_info, "cluster_state").unwrap_or("unknown").to_owned(),
         version: info_field(&facts.server_info, "redis_version").unwrap_or("unknown").to_owned(),
         replication_offset: info_field(&facts.replication_info, offset_field).and_then(|v| v.parse().ok()),
+        link_up: info_field(&facts.replication_info, "master_link_status") == Some("up"),
+        memory: MemoryFact {
+            used: number(&facts.memory_info, "used_memory"),
+            dataset: number(&facts.memory_info, "used_memory_dataset"),
+            maxmemory: number(&facts.memory_info, "maxmemory"),
+        },
         nodes: facts.nodes,
     })
+}
+
+fn number(info: &str, field: &str) -> u64 {
+    info_field(info, field).and_then(|v| v.parse().ok()).unwrap_or(0)
 }

@@ -5,15 +5,17 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
 
 use crate::api::names::*;
-use crate::api::{NodeStatus, Phase, RedisCluster, RedisClusterStatus, StepStatus};
+use crate::api::{NodeStatus, Phase, RedisCluster, RedisClusterStatus, ReshardStatus, StepStatus};
 use crate::plan::{Action, Observed};
 use crate::redis::topology::{SLOTS, expand};
 
-/// The status for this observation. `now` stamps conditions that changed.
+/// The status for this observation; `step_done` says whether the action
+/// succeeded. `now` stamps conditions that changed.
 pub fn build_status(
     cluster: &RedisCluster,
     observed: &Observed,
     action: &Action,
+    step_done: bool,
     now: Timestamp,
 ) -> RedisClusterStatus {
     let old = cluster.status.clone().unwrap_or_default();
@@ -55,41 +57,70 @@ pub fn build_status(
         if versions.len() == 1 { versions.first().map(|v| v.to_string()) } else { old.current_version.clone() };
 
     let converged = *action == Action::Converged;
-    let was_running = matches!(old.phase, Some(Phase::Running | Phase::Recovering));
+    let refused = matches!(action, Action::Refused(_));
+    let was_running = matches!(old.phase, Some(Phase::Running | Phase::Recovering | Phase::Scaling));
     let phase = match action {
-        Action::Converged => Phase::Running,
+        Action::Converged | Action::Refused(_) => Phase::Running,
+        _ if was_running && scaling(observed, action) => Phase::Scaling,
         _ if was_running => Phase::Recovering,
         Action::Wait(_) if observed.redis.is_empty() => Phase::Pending,
         _ => Phase::Creating,
     };
     let (step_name, message) = describe(action);
+    let serving = converged || refused;
+    let (progress_reason, degraded_reason) = match phase {
+        _ if refused => (REASON_REFUSED, REASON_REFUSED),
+        Phase::Scaling => (REASON_SCALING, REASON_NONE),
+        Phase::Recovering => (REASON_RECOVERING, REASON_REDIS_UNREACHABLE),
+        _ if converged => (REASON_CONVERGED, REASON_NONE),
+        _ => (REASON_BOOTSTRAPPING, REASON_NONE),
+    };
     let ready = condition(
         &old,
         CONDITION_READY,
-        converged,
-        if converged { REASON_CLUSTER_HEALTHY } else { REASON_BOOTSTRAPPING },
-        if converged { "all slots served, every shard has its replicas".into() } else { message.clone() },
+        serving,
+        if serving { REASON_CLUSTER_HEALTHY } else { progress_reason },
+        if serving { "all slots served, every shard has its replicas".into() } else { message.clone() },
         generation,
         now,
     );
     let progressing = condition(
         &old,
         CONDITION_PROGRESSING,
-        !converged,
-        if converged { REASON_CONVERGED } else { REASON_BOOTSTRAPPING },
+        !serving,
+        progress_reason,
         if converged { "nothing to do".into() } else { message.clone() },
         generation,
         now,
     );
+    let degraded_now = refused || phase == Phase::Recovering;
     let degraded = condition(
         &old,
         CONDITION_DEGRADED,
-        !converged && was_running,
-        if !converged && was_running { REASON_REDIS_UNREACHABLE } else { REASON_NONE },
-        if !converged && was_running { message.clone() } else { "no degradation".into() },
+        degraded_now,
+        degraded_reason,
+        if degraded_now { message.clone() } else { "no degradation".into() },
         generation,
         now,
     );
+    let reshard = match action {
+        Action::Converged => None,
+        Action::MoveSlots { batches, remaining, repair: false, .. } => {
+            let in_batch: usize = batches.iter().map(|b| b.slots.len()).sum();
+            let left = remaining + if step_done { 0 } else { in_batch };
+            let total = old.reshard.as_ref().map_or(0, |r| r.slots_total as usize).max(remaining + in_batch);
+            Some(ReshardStatus {
+                slots_total: total as i32,
+                slots_moved: (total - left) as i32,
+                current_slot: batches.iter().flat_map(|b| b.slots.first()).map(|s| i32::from(s.slot)).min(),
+                moving: batches
+                    .iter()
+                    .map(|b| format!("{} -> {}: {} slots", b.source.pod, b.target.pod, b.slots.len()))
+                    .collect(),
+            })
+        }
+        _ => old.reshard.clone(),
+    };
 
     RedisClusterStatus {
         phase: Some(phase),
@@ -102,6 +133,7 @@ pub fn build_status(
         current_version,
         nodes,
         step: (!converged).then(|| StepStatus { name: step_name.into(), progress: Some(message) }),
+        reshard,
     }
 }
 
@@ -124,12 +156,44 @@ pub fn paused_status(cluster: &RedisCluster, now: Timestamp) -> RedisClusterStat
     status
 }
 
+/// Whether the cluster is changing shape: slots moving, shards or replicas
+/// coming or going.
+fn scaling(observed: &Observed, action: &Action) -> bool {
+    if matches!(action, Action::MoveSlots { repair: false, .. } | Action::RemoveShard { .. } | Action::Failover { .. })
+    {
+        return true;
+    }
+    let shards: std::collections::BTreeSet<usize> = observed.pods.iter().map(|p| p.shard).collect();
+    let per_shard = |shard| observed.pods.iter().filter(|p| p.shard == shard).count();
+    shards.len() != observed.shards
+        || (0..observed.shards).any(|shard| per_shard(shard) != observed.replicas_per_master + 1)
+}
+
 fn describe(action: &Action) -> (&'static str, String) {
     match action {
         Action::Wait(reason) => ("Wait", reason.clone()),
+        Action::Refused(reason) => ("Refused", reason.clone()),
         Action::Meet { targets, .. } => ("Meet", format!("joining {} node(s) into the cluster", targets.len())),
         Action::AddSlots { shard, .. } => ("AssignSlots", format!("assigning slots to shard {shard}")),
         Action::Replicate { pod, .. } => ("AttachReplica", format!("attaching replica {pod}")),
+        Action::Forget { ids_by_pod } => {
+            let ids: std::collections::BTreeSet<&String> = ids_by_pod.values().flatten().collect();
+            ("ForgetNodes", format!("forgetting {} departed node(s)", ids.len()))
+        }
+        Action::Failover { pod, shard, reason } => ("Failover", format!("shard {shard}: promoting {pod}: {reason}")),
+        Action::Stabilize { slots_by_pod } => (
+            "StabilizeSlots",
+            format!("clearing {} orphaned migration mark(s)", slots_by_pod.values().flatten().count()),
+        ),
+        Action::MoveSlots { batches, remaining, repair, .. } => {
+            let moving: usize = batches.iter().map(|b| b.slots.len()).sum();
+            if *repair {
+                ("RepairSlots", format!("finishing {moving} slot(s) left open by an interrupted migration"))
+            } else {
+                ("MoveSlots", format!("moving {moving} slot(s), {remaining} more to go"))
+            }
+        }
+        Action::RemoveShard { shard } => ("RemoveShard", format!("removing drained shard {shard}")),
         Action::Converged => ("Converged", "converged".into()),
     }
 }

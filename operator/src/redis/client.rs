@@ -15,7 +15,7 @@ const ADDSLOTS_BATCH: usize = 1024;
 
 #[derive(Debug, thiserror::Error)]
 pub enum RedisError {
-    #[error("redis at {addr}: {command} timed out after {CALL_TIMEOUT:?}")]
+    #[error("redis at {addr}: {command} timed out")]
     Timeout { addr: String, command: &'static str },
     #[error("redis at {addr}: {command} failed: {source}")]
     Command { addr: String, command: &'static str, source: redis::RedisError },
@@ -29,6 +29,7 @@ pub struct NodeFacts {
     pub cluster_info: String,
     pub server_info: String,
     pub replication_info: String,
+    pub memory_info: String,
 }
 
 pub struct RedisNode {
@@ -76,14 +77,21 @@ impl RedisNode {
     /// Everything the planner reads from a node, in one round trip.
     pub async fn facts(&mut self) -> Result<NodeFacts, RedisError> {
         let mut pipe = redis::pipe();
-        pipe.cmd("CLUSTER").arg("NODES").cmd("CLUSTER").arg("INFO").cmd("INFO").arg("server").cmd("INFO").arg("replication");
-        let (nodes, cluster_info, server_info, replication_info): (String, String, String, String) =
-            tokio::time::timeout(CALL_TIMEOUT, pipe.query_async(&mut self.connection))
-                .await
-                .map_err(|_| RedisError::Timeout { addr: self.addr.clone(), command: "CLUSTER NODES+INFO" })?
-                .map_err(|source| RedisError::Command { addr: self.addr.clone(), command: "CLUSTER NODES+INFO", source })?;
-        let nodes = parse_cluster_nodes(&nodes).map_err(|source| RedisError::Parse { addr: self.addr.clone(), source })?;
-        Ok(NodeFacts { nodes, cluster_info, server_info, replication_info })
+        pipe.cmd("CLUSTER").arg("NODES").cmd("CLUSTER").arg("INFO");
+        pipe.cmd("INFO").arg("server").cmd("INFO").arg("replication").cmd("INFO").arg("memory");
+        let (nodes, cluster_info, server_info, replication_info, memory_info): (
+            String,
+            String,
+            String,
+            String,
+            String,
+        ) = tokio::time::timeout(CALL_TIMEOUT, pipe.query_async(&mut self.connection))
+            .await
+            .map_err(|_| RedisError::Timeout { addr: self.addr.clone(), command: "CLUSTER NODES+INFO" })?
+            .map_err(|source| RedisError::Command { addr: self.addr.clone(), command: "CLUSTER NODES+INFO", source })?;
+        let nodes =
+            parse_cluster_nodes(&nodes).map_err(|source| RedisError::Parse { addr: self.addr.clone(), source })?;
+        Ok(NodeFacts { nodes, cluster_info, server_info, replication_info, memory_info })
     }
 
     async fn call<T: redis::FromRedisValue>(&mut self, name: &'static str, cmd: &redis::Cmd) -> Result<T, RedisError> {
@@ -91,6 +99,37 @@ impl RedisNode {
             .await
             .map_err(|_| RedisError::Timeout { addr: self.addr.clone(), command: name })?
             .map_err(|source| RedisError::Command { addr: self.addr.clone(), command: name, source })
+    }
+
+    pub fn addr(&self) -> &str {
+        &self.addr
+    }
+
+    /// Runs a pipeline with its own deadline (batches can be large).
+    pub async fn pipeline(
+        &mut self,
+        what: &'static str,
+        pipe: &redis::Pipeline,
+        deadline: Duration,
+    ) -> Result<Vec<redis::Value>, RedisError> {
+        tokio::time::timeout(deadline, pipe.query_async(&mut self.connection))
+            .await
+            .map_err(|_| RedisError::Timeout { addr: self.addr.clone(), command: what })?
+            .map_err(|source| RedisError::Command { addr: self.addr.clone(), command: what, source })
+    }
+
+    pub async fn forget(&mut self, id: &str) -> Result<(), RedisError> {
+        self.call("CLUSTER FORGET", redis::cmd("CLUSTER").arg("FORGET").arg(id)).await
+    }
+
+    /// `CLUSTER FAILOVER` on a replica: a coordinated hand-over with the
+    /// master's agreement, no write acknowledged by the old master lost.
+    pub async fn failover(&mut self) -> Result<(), RedisError> {
+        self.call("CLUSTER FAILOVER", redis::cmd("CLUSTER").arg("FAILOVER")).await
+    }
+
+    pub async fn stabilize(&mut self, slot: u16) -> Result<(), RedisError> {
+        self.call("CLUSTER SETSLOT STABLE", redis::cmd("CLUSTER").arg("SETSLOT").arg(slot).arg("STABLE")).await
     }
 
     pub async fn meet(&mut self, ip: &str) -> Result<(), RedisError> {

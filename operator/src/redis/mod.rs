@@ -2,5 +2,6 @@
 //! says (topology).
 
 pub mod client;
+pub mod migrate;
 pub mod pool;
 pub mod topology;

@@ -38,9 +38,10 @@ impl Pool {
     /// A connection to `ip`, reused when one is open with this password.
     pub async fn node(&self, cluster: &str, ip: &str, password: &str) -> Result<RedisNode, RedisError> {
         let wanted = fingerprint(password);
-        let reused = self.clusters.lock().expect("pool lock").get(cluster).and_then(|nodes| {
-            nodes.get(ip).filter(|p| p.password_fingerprint == wanted).map(|p| p.connection.clone())
-        });
+        let reused =
+            self.clusters.lock().expect("pool lock").get(cluster).and_then(|nodes| {
+                nodes.get(ip).filter(|p| p.password_fingerprint == wanted).map(|p| p.connection.clone())
+            });
         if let Some(connection) = reused {
             return Ok(RedisNode::from_connection(ip, connection));
         }

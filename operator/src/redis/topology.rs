@@ -17,8 +17,24 @@ pub struct ClusterNode {
     pub flags: Vec<String>,
     pub connected: bool,
     pub slots: Vec<SlotRange>,
-    /// Slots this node is migrating out (`[slot->-target]`) or importing (`[slot-<-source]`).
-    pub open_slots: Vec<u16>,
+    /// Slots this node is migrating out (`[slot->-target]`) or importing
+    /// (`[slot-<-source]`); only shown on the `myself` line.
+    pub open_slots: Vec<OpenSlot>,
+}
+
+/// A slot in the middle of a migration, as the node holding the mark says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OpenSlot {
+    pub slot: u16,
+    pub direction: Direction,
+    /// The other end: the target when migrating, the source when importing.
+    pub peer: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Direction {
+    Migrating,
+    Importing,
 }
 
 impl ClusterNode {
@@ -71,10 +87,16 @@ fn parse_line(line: &str) -> Result<ClusterNode, ParseError> {
     let mut slots = Vec::new();
     let mut open_slots = Vec::new();
     for token in &fields[8..] {
-        if let Some(inner) = token.strip_prefix('[') {
-            let slot =
-                inner.split(['-', ']']).next().and_then(|s| s.parse().ok()).ok_or_else(|| err("bad open slot"))?;
-            open_slots.push(slot);
+        if let Some(inner) = token.strip_prefix('[').and_then(|t| t.strip_suffix(']')) {
+            let (slot, direction, peer) = if let Some((slot, peer)) = inner.split_once("->-") {
+                (slot, Direction::Migrating, peer)
+            } else if let Some((slot, peer)) = inner.split_once("-<-") {
+                (slot, Direction::Importing, peer)
+            } else {
+                return Err(err("bad open slot"));
+            };
+            let slot = slot.parse().map_err(|_| err("bad open slot"))?;
+            open_slots.push(OpenSlot { slot, direction, peer: peer.to_owned() });
             continue;
         }
         let range = match token.split_once('-') {
@@ -135,7 +157,7 @@ mod tests {
 
     const NODES: &str = "\
 07c37dfeb235213a872192d90877d0cd55635b91 127.1.0.5:6379@16379 slave e7d1eecce10fd6bb5eb35b9f99a514335d9ba9ca 0 1426238317239 4 connected
-67ed2db8d677e59ec4a4cefb06858cf2a1a89fa1 127.1.0.2:6379@16379,host-a myself,master - 0 1426238316232 2 connected 5461-10922 [10923->-292f8b365bb7edb5e285caf0b7e6ddc7265d2f4f]
+67ed2db8d677e59ec4a4cefb06858cf2a1a89fa1 127.1.0.2:6379@16379,host-a myself,master - 0 1426238316232 2 connected 5461-10922 [10923->-292f8b365bb7edb5e285caf0b7e6ddc7265d2f4f] [42-<-07c37dfeb235213a872192d90877d0cd55635b91]
 292f8b365bb7edb5e285caf0b7e6ddc7265d2f4f :0@0 master,fail?,noaddr - 1426238318243 1426238318243 3 disconnected 10924 10926-16383
 6ec23923021cf3ffec47632106199cb7f496ce01 127.1.0.9:6379@16379 handshake - 0 0 0 connected
 ";
@@ -148,7 +170,14 @@ mod tests {
         assert!(!nodes[0].master && nodes[0].slots.is_empty());
         assert!(nodes[1].myself && nodes[1].master && nodes[1].ip == "127.1.0.2");
         assert_eq!(nodes[1].slots, vec![SlotRange { start: 5461, end: 10922 }]);
-        assert_eq!(nodes[1].open_slots, vec![10923]);
+        let open = |slot, direction, peer: &str| OpenSlot { slot, direction, peer: peer.into() };
+        assert_eq!(
+            nodes[1].open_slots,
+            vec![
+                open(10923, Direction::Migrating, "292f8b365bb7edb5e285caf0b7e6ddc7265d2f4f"),
+                open(42, Direction::Importing, "07c37dfeb235213a872192d90877d0cd55635b91"),
+            ]
+        );
         assert!(nodes[2].failing() && !nodes[2].connected && nodes[2].ip.is_empty());
         assert_eq!(nodes[2].slots.len(), 2);
         assert!(nodes[3].in_handshake());

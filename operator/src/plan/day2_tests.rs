@@ -1,0 +1,187 @@
+//! Day-2 planning through the simulation: scaling shards and replicas,
+//! repairs of interrupted migrations, departed nodes, refusals.
+
+use super::sim::*;
+use crate::plan::{Action, MemoryFact, SLOTS_PER_PAIR_PER_STEP, plan, targets};
+use crate::redis::topology::Direction;
+
+fn healthy(shards: usize, replicas: usize) -> crate::plan::Observed {
+    let mut o = fresh(shards, replicas);
+    converge(&mut o);
+    assert_healthy(&o);
+    o
+}
+
+fn counts_match_targets(o: &crate::plan::Observed) {
+    let counts: Vec<usize> = slot_counts(o).into_values().collect();
+    assert_eq!(counts, targets(o.shards));
+}
+
+#[test]
+fn scale_out_adds_shards_then_moves_slots_in_batches_until_balanced() {
+    let mut o = healthy(3, 1);
+    o.shards = 5;
+    let steps = converge(&mut o);
+    assert_healthy(&o);
+    counts_match_targets(&o);
+    let moves: Vec<&Action> = steps.iter().filter(|s| matches!(s, Action::MoveSlots { .. })).collect();
+    assert!(moves.len() > 1, "batched, not one giant step");
+    for step in &moves {
+        let Action::MoveSlots { batches, repair, .. } = step else { unreachable!() };
+        assert!(!repair);
+        assert!(batches.iter().all(|b| b.slots.len() <= SLOTS_PER_PAIR_PER_STEP));
+        assert!(batches.iter().all(|b| b.target.pod.starts_with("c-shard-3") || b.target.pod.starts_with("c-shard-4")));
+    }
+    // New masters are attached and replicated before any slot moves to them.
+    let first_move = steps.iter().position(|s| matches!(s, Action::MoveSlots { .. })).unwrap();
+    assert!(steps[..first_move].iter().any(|s| matches!(s, Action::Meet { .. })));
+    assert!(steps[first_move..].iter().all(|s| matches!(s, Action::MoveSlots { .. })), "{steps:?}");
+}
+
+#[test]
+fn scale_in_drains_before_removing_and_forgets_the_departed() {
+    let mut o = healthy(5, 1);
+    o.shards = 3;
+    let steps = converge(&mut o);
+    assert_healthy(&o);
+    counts_match_targets(&o);
+    let last_move = steps.iter().rposition(|s| matches!(s, Action::MoveSlots { .. })).unwrap();
+    let first_removal = steps.iter().position(|s| matches!(s, Action::RemoveShard { .. })).unwrap();
+    assert!(last_move < first_removal, "drain first, then remove: {steps:?}");
+    assert!(steps.iter().any(|s| matches!(s, Action::Forget { .. })));
+    for step in &steps {
+        if let Action::MoveSlots { batches, .. } = step {
+            assert!(
+                batches.iter().all(|b| b.source.pod.starts_with("c-shard-3") || b.source.pod.starts_with("c-shard-4"))
+            );
+        }
+    }
+}
+
+#[test]
+fn scale_in_is_refused_when_the_data_does_not_fit() {
+    let mut o = healthy(5, 0);
+    for fact in o.redis.values_mut() {
+        fact.memory = MemoryFact { used: 90 << 20, dataset: 80 << 20, maxmemory: 100 << 20 };
+    }
+    o.shards = 3;
+    let action = plan(&o);
+    let Action::Refused(reason) = action else { panic!("expected a refusal, got {action:?}") };
+    assert!(reason.contains("spec.masters back to 5") && reason.contains("maxmemory"), "{reason}");
+    // Room enough: the same scale-in goes ahead.
+    for fact in o.redis.values_mut() {
+        fact.memory.maxmemory = 1 << 30;
+    }
+    assert!(matches!(plan(&o), Action::MoveSlots { .. }));
+}
+
+#[test]
+fn an_interrupted_migration_is_finished_before_anything_else() {
+    let mut o = healthy(3, 1);
+    // Died after IMPORTING/MIGRATING on slot 100 (owned by shard 0), and
+    // after IMPORTING only on slot 101.
+    let (source, target) = ("c-shard-0-0", "c-shard-1-0");
+    myself_mut(&mut o, source).open_slots.push(open_mark(100, Direction::Migrating, &format!("id-{target}")));
+    myself_mut(&mut o, target).open_slots.push(open_mark(100, Direction::Importing, &format!("id-{source}")));
+    myself_mut(&mut o, target).open_slots.push(open_mark(101, Direction::Importing, &format!("id-{source}")));
+    o.shards = 4; // a pending scale-out must wait for the repair
+    add_fresh_pod(&mut o, 3, 0);
+    add_fresh_pod(&mut o, 3, 1);
+    let mut action = plan(&o);
+    if matches!(action, Action::Meet { .. }) {
+        apply(&mut o, &action);
+        action = plan(&o);
+    }
+    let Action::MoveSlots { batches, repair: true, .. } = &action else { panic!("expected a repair, got {action:?}") };
+    assert_eq!(batches.len(), 1);
+    let transfers = &batches[0].slots;
+    assert_eq!((transfers[0].slot, transfers[0].open_target, transfers[0].open_source), (100, false, false));
+    assert_eq!((transfers[1].slot, transfers[1].open_target, transfers[1].open_source), (101, false, true));
+    apply(&mut o, &action);
+    converge(&mut o);
+    assert_healthy(&o);
+}
+
+#[test]
+fn a_mark_whose_peer_is_gone_is_cleared() {
+    let mut o = healthy(3, 1);
+    myself_mut(&mut o, "c-shard-0-0").open_slots.push(open_mark(7, Direction::Migrating, "id-long-gone"));
+    let action = plan(&o);
+    assert!(
+        matches!(&action, Action::Stabilize { slots_by_pod } if slots_by_pod["c-shard-0-0"] == vec![7]),
+        "{action:?}"
+    );
+}
+
+#[test]
+fn replicas_scale_up_down_and_up_without_moving_slots() {
+    let mut o = healthy(3, 1);
+    let before = slot_counts(&o);
+    for replicas in [2, 0, 1] {
+        o.replicas_per_master = replicas;
+        let steps = converge(&mut o);
+        assert_healthy(&o);
+        assert!(!steps.iter().any(|s| matches!(s, Action::MoveSlots { .. } | Action::AddSlots { .. })), "{steps:?}");
+        assert_eq!(slot_counts(&o), before);
+    }
+}
+
+#[test]
+fn shrinking_replicas_fails_over_a_master_on_a_removed_ordinal_first() {
+    let mut o = healthy(3, 1);
+    // Shard 0's master is ordinal 1 after an earlier failover.
+    apply(&mut o, &Action::Failover { pod: "c-shard-0-1".into(), shard: 0, reason: "test".into() });
+    o.replicas_per_master = 0;
+    assert_eq!(o.shard_sizes()[&0], 2, "shard 0 keeps its master's Pod for now");
+    assert_eq!(o.shard_sizes()[&1], 1);
+    kubernetes(&mut o);
+    let steps = converge(&mut o);
+    let failover =
+        steps.iter().position(|s| matches!(s, Action::Failover { pod, .. } if pod == "c-shard-0-0")).expect("failover");
+    let forgotten = steps
+        .iter()
+        .position(|s| matches!(s, Action::Forget { ids_by_pod } if ids_by_pod.values().flatten().any(|id| id == "id-c-shard-0-1")))
+        .expect("the old master's node is forgotten once its Pod is gone");
+    assert!(failover < forgotten, "the staying replica is promoted before its master's Pod goes: {steps:?}");
+    assert_healthy(&o);
+}
+
+#[test]
+fn replicas_of_an_unreachable_master_wait_for_redis_to_fail_over() {
+    let mut o = healthy(3, 1);
+    // The master Pod of shard 0 is recreated empty (ephemeral) before Redis promoted its replica.
+    remove_pods(&mut o, &["c-shard-0-0".into()]);
+    add_fresh_pod(&mut o, 0, 0);
+    myself_mut(&mut o, "c-shard-0-0").id = "id-c-shard-0-0-new".into();
+    let action = plan(&o);
+    let stray = matches!(&action, Action::Replicate { pod, .. } if pod == "c-shard-0-1");
+    assert!(!stray, "the replica holding the data must never follow the empty node: {action:?}");
+    if let Action::Meet { .. } = action {
+        apply(&mut o, &action);
+    }
+    assert!(matches!(plan(&o), Action::Wait(ref m) if m.contains("fail over")), "{:?}", plan(&o));
+    // Redis promotes the replica; the empty node then follows it.
+    let me = myself_mut(&mut o, "c-shard-0-1");
+    me.master = true;
+    me.master_id = None;
+    me.slots = vec![range(0, 5461)];
+    sync(&mut o);
+    converge(&mut o);
+    assert_healthy(&o);
+}
+
+#[test]
+fn pods_recreated_with_new_addresses_are_met_again() {
+    let mut o = healthy(3, 1);
+    for pod in o.pods.iter_mut() {
+        pod.ip = Some(format!("new-{}", pod.name));
+    }
+    for (name, fact) in o.redis.iter_mut() {
+        for n in fact.nodes.iter_mut().filter(|n| n.myself) {
+            n.ip = format!("new-{name}");
+        }
+    }
+    let action = plan(&o);
+    let Action::Meet { targets, .. } = &action else { panic!("expected Meet, got {action:?}") };
+    assert_eq!(targets.len(), 5, "every node but the seed, at its new address");
+}

@@ -1,0 +1,162 @@
+//! Slot movement: finishing slots something left open, and balancing slots
+//! over the staying masters (draining leaving ones), as batches of
+//! [`SlotTransfer`]s between pairs of masters.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::{Action, Batch, NodeRef, Observed, PodFact, SLOTS_PER_PAIR_PER_STEP, balance};
+use crate::redis::migrate::SlotTransfer;
+use crate::redis::topology::{Direction, expand};
+
+/// Headroom kept free in the staying masters' maxmemory after a scale-in.
+const SCALE_IN_FILL_LIMIT: f64 = 0.9;
+
+fn node_ref(observed: &Observed, pod: &PodFact) -> Option<NodeRef> {
+    Some(NodeRef { pod: pod.name.clone(), id: observed.id_of(&pod.name)?.to_owned(), ip: pod.ip.clone()? })
+}
+
+/// What a node says about one slot in its own view.
+struct SlotView {
+    owns: bool,
+    importing: bool,
+    migrating: bool,
+}
+
+fn view(observed: &Observed, pod: &str, slot: u16) -> SlotView {
+    let me = observed.redis.get(pod).and_then(|f| f.myself());
+    let open = |direction| me.is_some_and(|n| n.open_slots.iter().any(|o| o.slot == slot && o.direction == direction));
+    SlotView {
+        owns: me.is_some_and(|n| n.slots.iter().any(|r| r.start <= slot && slot <= r.end)),
+        importing: open(Direction::Importing),
+        migrating: open(Direction::Migrating),
+    }
+}
+
+/// Slots any node marks importing or migrating are finished forward, to
+/// the importing side, before anything else happens. A mark whose other end
+/// is no longer a member cannot be finished and is cleared instead.
+pub fn repair_open_slots(observed: &Observed, reachable: &[&PodFact]) -> Option<Action> {
+    let by_id: BTreeMap<&str, &PodFact> =
+        reachable.iter().filter_map(|p| Some((observed.id_of(&p.name)?, *p))).collect();
+    // slot → (source id, target id)
+    let mut open: BTreeMap<u16, (String, String)> = BTreeMap::new();
+    let mut orphaned: BTreeMap<String, Vec<u16>> = BTreeMap::new();
+    for pod in reachable {
+        let Some(me) = observed.redis[&pod.name].myself() else { continue };
+        for mark in &me.open_slots {
+            if !by_id.contains_key(mark.peer.as_str()) {
+                orphaned.entry(pod.name.clone()).or_default().push(mark.slot);
+                continue;
+            }
+            let ends = match mark.direction {
+                Direction::Migrating => (me.id.clone(), mark.peer.clone()),
+                Direction::Importing => (mark.peer.clone(), me.id.clone()),
+            };
+            // The importing side's mark names the destination for certain.
+            if mark.direction == Direction::Importing || !open.contains_key(&mark.slot) {
+                open.insert(mark.slot, ends);
+            }
+        }
+    }
+    if !orphaned.is_empty() {
+        return Some(Action::Stabilize { slots_by_pod: orphaned });
+    }
+    if open.is_empty() {
+        return None;
+    }
+    let mut batches: BTreeMap<(String, String), Batch> = BTreeMap::new();
+    for (slot, (source_id, target_id)) in open {
+        let (source, target) = (by_id[source_id.as_str()], by_id[target_id.as_str()]);
+        let (source_ref, target_ref) = (node_ref(observed, source)?, node_ref(observed, target)?);
+        let (s, t) = (view(observed, &source.name, slot), view(observed, &target.name, slot));
+        let transfer = SlotTransfer { slot, open_target: !t.importing && !t.owns, open_source: s.owns && !s.migrating };
+        batches
+            .entry((source_id, target_id))
+            .or_insert_with(|| Batch { source: source_ref, target: target_ref, slots: Vec::new() })
+            .slots
+            .push(transfer);
+    }
+    let batches: Vec<Batch> = batches.into_values().collect();
+    let others = other_masters(observed, reachable, &batches);
+    Some(Action::MoveSlots { batches, others, remaining: 0, repair: true })
+}
+
+fn other_masters(observed: &Observed, reachable: &[&PodFact], batches: &[Batch]) -> Vec<String> {
+    let busy: BTreeSet<&str> = batches.iter().flat_map(|b| [b.source.pod.as_str(), b.target.pod.as_str()]).collect();
+    reachable
+        .iter()
+        .filter(|p| observed.redis[&p.name].myself().is_some_and(|n| n.master))
+        .map(|p| p.name.clone())
+        .filter(|p| !busy.contains(p.as_str()))
+        .collect()
+}
+
+/// The next batch of slots towards the even share over the staying masters.
+pub fn rebalance(observed: &Observed, masters: &BTreeMap<usize, Option<&PodFact>>) -> Option<Action> {
+    let mut owned: BTreeMap<usize, BTreeSet<u16>> = BTreeMap::new();
+    let mut by_shard: BTreeMap<usize, &PodFact> = BTreeMap::new();
+    for (&shard, master) in masters {
+        let master = (*master)?;
+        let me = observed.redis[&master.name].myself()?;
+        owned.insert(shard, if me.master { expand(&me.slots) } else { BTreeSet::new() });
+        by_shard.insert(shard, master);
+    }
+    if (0..observed.shards).any(|s| !by_shard.contains_key(&s)) {
+        return None;
+    }
+    let moves = balance::moves(&owned, observed.shards);
+    if moves.is_empty() {
+        return None;
+    }
+    if moves.iter().any(|m| m.from >= observed.shards)
+        && let Some(refusal) = scale_in_refusal(observed, &by_shard)
+    {
+        return Some(Action::Refused(refusal));
+    }
+    let batch = balance::next_batch(&moves, SLOTS_PER_PAIR_PER_STEP);
+    let mut batches: BTreeMap<(usize, usize), Batch> = BTreeMap::new();
+    for m in &batch {
+        let entry = match batches.entry((m.from, m.to)) {
+            std::collections::btree_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::btree_map::Entry::Vacant(e) => e.insert(Batch {
+                source: node_ref(observed, by_shard[&m.from])?,
+                target: node_ref(observed, by_shard[&m.to])?,
+                slots: Vec::new(),
+            }),
+        };
+        entry.slots.push(SlotTransfer { slot: m.slot, open_target: true, open_source: true });
+    }
+    let batches: Vec<Batch> = batches.into_values().collect();
+    let members: Vec<&PodFact> = by_shard.values().copied().collect();
+    let others = other_masters(observed, &members, &batches);
+    Some(Action::MoveSlots { batches, others, remaining: moves.len() - batch.len(), repair: false })
+}
+
+/// Why draining the leaving masters is unsafe, if it is: the data of every
+/// master must fit in the staying masters' maxmemory, with headroom.
+fn scale_in_refusal(observed: &Observed, by_shard: &BTreeMap<usize, &PodFact>) -> Option<String> {
+    let memory = |p: &PodFact| observed.redis[&p.name].memory;
+    let dataset: u64 = by_shard.values().map(|p| memory(p).dataset).sum();
+    let staying: Vec<_> = by_shard.range(..observed.shards).map(|(_, p)| memory(p)).collect();
+    if staying.iter().any(|m| m.maxmemory == 0) {
+        return None; // unlimited
+    }
+    let room: f64 = staying
+        .iter()
+        .map(|m| (m.maxmemory as f64 * SCALE_IN_FILL_LIMIT - m.used.saturating_sub(m.dataset) as f64).max(0.0))
+        .sum();
+    if (dataset as f64) <= room {
+        return None;
+    }
+    let mib = |b: f64| b / (1024.0 * 1024.0);
+    let leaving = by_shard.len();
+    Some(format!(
+        "scale-in from {leaving} to {} masters refused, nothing was moved: the data ({:.1} MiB) does not fit in \
+         {:.0}% of the staying masters' maxmemory ({:.1} MiB free); raise spec.resources.limits.memory or \
+         spec.config.maxmemory, or set spec.masters back to {leaving}",
+        observed.shards,
+        mib(dataset as f64),
+        SCALE_IN_FILL_LIMIT * 100.0,
+        mib(room),
+    ))
+}

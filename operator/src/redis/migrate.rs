@@ -1,0 +1,137 @@
+//! Moving slots between two masters with keys in them, many slots per round
+//! trip: each phase (open, drain, hand over) is one pipeline over the whole
+//! batch, so 100,000 small keys cost a few dozen round trips, not one per slot.
+//!
+//! Every phase is idempotent: a batch interrupted anywhere leaves slots open
+//! (importing/migrating), which the planner finishes forward before anything
+//! else; MIGRATE uses REPLACE so a repeated batch cannot fail on a key that
+//! already arrived.
+
+use std::time::Duration;
+
+use redis::Value;
+
+use super::client::{REDIS_PORT, RedisError, RedisNode};
+
+/// Keys fetched per slot per GETKEYSINSLOT; a slot with more loops.
+const KEYS_PER_CALL: usize = 1000;
+/// How long one MIGRATE may take on the wire, in milliseconds.
+const MIGRATE_TIMEOUT_MS: u64 = 10_000;
+/// Whole-pipeline deadline: a batch of hundreds of slots is one call.
+const PIPELINE_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// One slot of a batch, with what still has to be opened.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SlotTransfer {
+    pub slot: u16,
+    /// Mark the slot IMPORTING on the target (not yet open there, not owned).
+    pub open_target: bool,
+    /// Mark the slot MIGRATING on the source (owned there, not yet open).
+    pub open_source: bool,
+}
+
+/// The two masters of a batch.
+pub struct Pair<'a> {
+    pub source: &'a mut RedisNode,
+    pub source_id: &'a str,
+    pub target: &'a mut RedisNode,
+    pub target_id: &'a str,
+    pub target_ip: &'a str,
+}
+
+/// What a finished batch did.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Moved {
+    pub slots: usize,
+    pub keys: usize,
+}
+
+async fn run(node: &mut RedisNode, what: &'static str, pipe: &redis::Pipeline) -> Result<Vec<Value>, RedisError> {
+    if pipe.is_empty() {
+        return Ok(Vec::new());
+    }
+    node.pipeline(what, pipe, PIPELINE_TIMEOUT).await
+}
+
+/// Moves `slots` from the pair's source to its target, keys and ownership.
+/// `after_drain` runs once the keys are over, before ownership changes (a
+/// failpoint for crash tests).
+pub async fn transfer(
+    pair: Pair<'_>,
+    slots: &[SlotTransfer],
+    password: &str,
+    after_drain: &(dyn Fn() + Sync),
+) -> Result<Moved, RedisError> {
+    // Open: importing on the target first, so no ASK redirect points at a
+    // node that would refuse it.
+    let mut importing = redis::pipe();
+    for s in slots.iter().filter(|s| s.open_target) {
+        importing.cmd("CLUSTER").arg("SETSLOT").arg(s.slot).arg("IMPORTING").arg(pair.source_id);
+    }
+    run(pair.target, "CLUSTER SETSLOT IMPORTING", &importing).await?;
+    let mut migrating = redis::pipe();
+    for s in slots.iter().filter(|s| s.open_source) {
+        migrating.cmd("CLUSTER").arg("SETSLOT").arg(s.slot).arg("MIGRATING").arg(pair.target_id);
+    }
+    run(pair.source, "CLUSTER SETSLOT MIGRATING", &migrating).await?;
+
+    // Drain: list keys of every slot still holding some, MIGRATE them, repeat.
+    let mut keys_moved = 0;
+    let mut pending: Vec<u16> = slots.iter().map(|s| s.slot).collect();
+    while !pending.is_empty() {
+        let mut listing = redis::pipe();
+        for slot in &pending {
+            listing.cmd("CLUSTER").arg("GETKEYSINSLOT").arg(*slot).arg(KEYS_PER_CALL);
+        }
+        let listed = run(pair.source, "CLUSTER GETKEYSINSLOT", &listing).await?;
+        let mut migrate = redis::pipe();
+        let mut still = Vec::new();
+        for (slot, keys) in pending.iter().zip(listed) {
+            let keys: Vec<Vec<u8>> = redis::from_redis_value(keys).map_err(|source| RedisError::Command {
+                addr: pair.source.addr().to_owned(),
+                command: "CLUSTER GETKEYSINSLOT",
+                source: source.into(),
+            })?;
+            if keys.is_empty() {
+                continue;
+            }
+            keys_moved += keys.len();
+            still.push(*slot);
+            migrate
+                .cmd("MIGRATE")
+                .arg(pair.target_ip)
+                .arg(REDIS_PORT)
+                .arg("")
+                .arg(0)
+                .arg(MIGRATE_TIMEOUT_MS)
+                .arg("REPLACE")
+                .arg("AUTH")
+                .arg(password)
+                .arg("KEYS")
+                .arg(keys);
+        }
+        run(pair.source, "MIGRATE", &migrate).await?;
+        pending = still;
+    }
+
+    after_drain();
+    // Hand over: the target first (it bumps its epoch and claims the slots),
+    // then the source, which may only let go once empty.
+    let mut handover = redis::pipe();
+    for s in slots {
+        handover.cmd("CLUSTER").arg("SETSLOT").arg(s.slot).arg("NODE").arg(pair.target_id);
+    }
+    run(pair.target, "CLUSTER SETSLOT NODE", &handover).await?;
+    run(pair.source, "CLUSTER SETSLOT NODE", &handover).await?;
+    Ok(Moved { slots: slots.len(), keys: keys_moved })
+}
+
+/// Tells another master who owns `slots` now, so clients are redirected
+/// right away instead of after gossip; best effort by design.
+pub async fn announce(node: &mut RedisNode, slots: &[u16], target_id: &str) -> Result<(), RedisError> {
+    let mut pipe = redis::pipe();
+    for slot in slots {
+        pipe.cmd("CLUSTER").arg("SETSLOT").arg(*slot).arg("NODE").arg(target_id);
+    }
+    run(node, "CLUSTER SETSLOT NODE", &pipe).await.map(drop)
+}

@@ -1,0 +1,306 @@
+//! A cluster client for proofs: it routes by slot itself, follows MOVED and
+//! ASK, and counts a write as acknowledged only when `WAIT 1` on the same
+//! connection, right after the SET, says a replica has it. Everything
+//! acknowledged is recorded, with the longest gap between acknowledgements.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use redis::aio::MultiplexedConnection;
+
+/// CRC16/XMODEM of the key (no hash tags: the keys here have no braces).
+pub fn slot_of(key: &str) -> u16 {
+    let mut crc: u16 = 0;
+    for byte in key.bytes() {
+        crc ^= u16::from(byte) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 { (crc << 1) ^ 0x1021 } else { crc << 1 };
+        }
+    }
+    crc % 16384
+}
+
+pub struct ClusterClient {
+    password: String,
+    seeds: Vec<String>,
+    /// slot → "ip:port"
+    slots: Vec<Option<String>>,
+    connections: HashMap<String, MultiplexedConnection>,
+}
+
+enum Redirect {
+    Moved(String),
+    Ask(String),
+}
+
+fn redirect(error: &redis::RedisError) -> Option<Redirect> {
+    let addr = error.redirect_node()?.0.to_owned();
+    match error.code() {
+        Some("MOVED") => Some(Redirect::Moved(addr)),
+        Some("ASK") => Some(Redirect::Ask(addr)),
+        _ => None,
+    }
+}
+
+impl ClusterClient {
+    pub async fn new(seeds: Vec<String>, password: &str) -> Self {
+        let mut client = Self { password: password.into(), seeds, slots: vec![None; 16384], connections: HashMap::new() };
+        client.refresh().await;
+        client
+    }
+
+    async fn connection(&mut self, addr: &str) -> redis::RedisResult<MultiplexedConnection> {
+        if let Some(c) = self.connections.get(addr) {
+            return Ok(c.clone());
+        }
+        let url = format!("redis://:{}@{addr}/", self.password);
+        let client = redis::Client::open(url)?;
+        let connect = client.get_multiplexed_async_connection();
+        let connection = tokio::time::timeout(Duration::from_secs(2), connect)
+            .await
+            .map_err(|_| redis::RedisError::from(std::io::Error::other(format!("connect {addr} timed out"))))??;
+        self.connections.insert(addr.to_owned(), connection.clone());
+        Ok(connection)
+    }
+
+    /// Reloads the slot map from any node that answers `CLUSTER SLOTS`.
+    pub async fn refresh(&mut self) {
+        let mut candidates: Vec<String> = self.slots.iter().flatten().cloned().collect();
+        candidates.sort();
+        candidates.dedup();
+        candidates.extend(self.seeds.iter().map(|s| format!("{s}:6379")));
+        for addr in candidates {
+            let Ok(mut c) = self.connection(&addr).await else {
+                self.connections.remove(&addr);
+                continue;
+            };
+            let mut cmd = redis::cmd("CLUSTER");
+            cmd.arg("SLOTS");
+            let call = cmd.query_async::<Vec<Vec<redis::Value>>>(&mut c);
+            let Ok(Ok(ranges)) = tokio::time::timeout(Duration::from_secs(2), call).await else {
+                self.connections.remove(&addr);
+                continue;
+            };
+            for range in ranges {
+                let (Ok(start), Ok(end)) =
+                    (redis::from_redis_value::<u16>(range[0].clone()), redis::from_redis_value::<u16>(range[1].clone()))
+                else {
+                    continue;
+                };
+                let Ok(master) = redis::from_redis_value::<Vec<redis::Value>>(range[2].clone()) else { continue };
+                let (Ok(ip), Ok(port)) = (
+                    redis::from_redis_value::<String>(master[0].clone()),
+                    redis::from_redis_value::<u16>(master[1].clone()),
+                ) else {
+                    continue;
+                };
+                for slot in start..=end {
+                    self.slots[slot as usize] = Some(format!("{ip}:{port}"));
+                }
+            }
+            return;
+        }
+    }
+
+    /// Runs `commands` (after ASKING when asked to) where `key` lives.
+    pub async fn routed<T: redis::FromRedisValue>(
+        &mut self,
+        key: &str,
+        build: &(dyn Fn(&mut redis::Pipeline) + Sync),
+    ) -> redis::RedisResult<T> {
+        let mut addr = self.slots[slot_of(key) as usize].clone().unwrap_or_else(|| format!("{}:6379", self.seeds[0]));
+        let mut asking = false;
+        let mut last_error = None;
+        for _ in 0..6 {
+            let mut pipe = redis::pipe();
+            if asking {
+                pipe.cmd("ASKING").ignore();
+            }
+            build(&mut pipe);
+            let result = match self.connection(&addr).await {
+                Ok(mut c) => {
+                    tokio::time::timeout(Duration::from_secs(3), pipe.query_async::<T>(&mut c)).await.unwrap_or_else(
+                        |_| Err(redis::RedisError::from(std::io::Error::other(format!("{addr} timed out")))),
+                    )
+                }
+                Err(e) => Err(e),
+            };
+            match result {
+                Ok(value) => return Ok(value),
+                Err(error) => match redirect(&error) {
+                    Some(Redirect::Moved(to)) => {
+                        self.slots[slot_of(key) as usize] = Some(to.clone());
+                        (addr, asking) = (to, false);
+                    }
+                    Some(Redirect::Ask(to)) => (addr, asking) = (to, true),
+                    None => {
+                        if error.is_io_error() || error.is_timeout() || error.is_connection_dropped() {
+                            self.connections.remove(&addr);
+                        }
+                        last_error = Some(error);
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                        self.refresh().await;
+                        addr = self.slots[slot_of(key) as usize].clone().unwrap_or(addr);
+                        asking = false;
+                    }
+                },
+            }
+        }
+        Err(last_error.unwrap_or_else(|| redis::RedisError::from(std::io::Error::other("too many redirects"))))
+    }
+
+    /// SET then `WAIT 1` on the same connection: `Ok(true)` when a replica has it.
+    pub async fn set_acknowledged(&mut self, key: &str, value: &str) -> redis::RedisResult<bool> {
+        let build = |pipe: &mut redis::Pipeline| {
+            pipe.cmd("SET").arg(key).arg(value).ignore().cmd("WAIT").arg(1).arg(1000);
+        };
+        let (replicas,): (i64,) = self.routed(key, &build).await?;
+        Ok(replicas >= 1)
+    }
+
+    pub async fn get(&mut self, key: &str) -> redis::RedisResult<Option<String>> {
+        let build = |pipe: &mut redis::Pipeline| {
+            pipe.cmd("GET").arg(key);
+        };
+        let (value,): (Option<String>,) = self.routed(key, &build).await?;
+        Ok(value)
+    }
+
+    /// Writes `count` keys `prefix:<i>` = `<i>`, pipelined per master, then
+    /// waits for a replica on every master. Returns the keys.
+    pub async fn seed(&mut self, prefix: &str, count: usize) -> Vec<String> {
+        let keys: Vec<String> = (0..count).map(|i| format!("{prefix}:{i}")).collect();
+        let mut by_master: BTreeMap<String, Vec<&String>> = BTreeMap::new();
+        for key in &keys {
+            by_master.entry(self.slots[slot_of(key) as usize].clone().expect("slot map")).or_default().push(key);
+        }
+        for (addr, keys) in by_master {
+            let mut c = self.connection(&addr).await.expect("master reachable");
+            for chunk in keys.chunks(2000) {
+                let mut pipe = redis::pipe();
+                for key in chunk {
+                    pipe.cmd("SET").arg(*key).arg(key.rsplit(':').next().unwrap()).ignore();
+                }
+                let () = pipe.query_async(&mut c).await.expect("seed write");
+            }
+            let _: i64 = redis::cmd("WAIT").arg(1).arg(5000).query_async(&mut c).await.expect("seed WAIT");
+        }
+        keys
+    }
+}
+
+/// What a background writer saw.
+#[derive(Default)]
+pub struct Record {
+    pub acknowledged: Vec<String>,
+    pub unacknowledged: usize,
+    pub errors: usize,
+    pub longest_gap: Duration,
+    pub last_ack: Option<Instant>,
+}
+
+/// Writes unique keys until stopped; see [`Record`].
+pub struct Writer {
+    pub record: Arc<Mutex<Record>>,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Writer {
+    pub async fn start(seeds: Vec<String>, password: &str, prefix: &str) -> Self {
+        let mut client = ClusterClient::new(seeds, password).await;
+        let record = Arc::new(Mutex::new(Record::default()));
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (r, s, prefix) = (record.clone(), stop.clone(), prefix.to_owned());
+        let task = tokio::spawn(async move {
+            let mut i = 0u64;
+            while !s.load(std::sync::atomic::Ordering::Relaxed) {
+                let key = format!("{prefix}:{i}");
+                i += 1;
+                let result = client.set_acknowledged(&key, &i.to_string()).await;
+                {
+                let mut rec = r.lock().unwrap();
+                match result {
+                    Ok(true) => {
+                        let now = Instant::now();
+                        if let Some(last) = rec.last_ack {
+                            rec.longest_gap = rec.longest_gap.max(now - last);
+                        }
+                        rec.last_ack = Some(now);
+                        rec.acknowledged.push(key);
+                    }
+                    Ok(false) => rec.unacknowledged += 1,
+                    Err(_) => rec.errors += 1,
+                }
+                }
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+        });
+        Self { record, stop, task }
+    }
+
+    /// The longest gap so far, and resets it (a phase starts).
+    pub fn take_gap(&self) -> Duration {
+        std::mem::take(&mut self.record.lock().unwrap().longest_gap)
+    }
+
+    pub fn acknowledged(&self) -> usize {
+        self.record.lock().unwrap().acknowledged.len()
+    }
+
+    pub async fn stop(self) -> Record {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let _ = self.task.await;
+        Arc::try_unwrap(self.record).ok().expect("writer stopped").into_inner().unwrap()
+    }
+
+    pub fn snapshot(&self) -> Vec<String> {
+        self.record.lock().unwrap().acknowledged.clone()
+    }
+}
+
+/// Every key reads back with the value it was written with (`<prefix>:<i>`
+/// holds `<i + offset>`); returns what did not. Pipelined per master, with
+/// a routed GET for any key whose slot moved.
+pub async fn missing(client: &mut ClusterClient, keys: &[String], offset: u64) -> Vec<String> {
+    client.refresh().await;
+    let expected = |key: &str| (key.rsplit(':').next().unwrap().parse::<u64>().unwrap() + offset).to_string();
+    let mut by_master: BTreeMap<String, Vec<&String>> = BTreeMap::new();
+    for key in keys {
+        by_master.entry(client.slots[slot_of(key) as usize].clone().unwrap_or_default()).or_default().push(key);
+    }
+    let mut retry = Vec::new();
+    for (addr, keys) in by_master {
+        let Ok(mut c) = client.connection(&addr).await else {
+            retry.extend(keys);
+            continue;
+        };
+        for chunk in keys.chunks(2000) {
+            let mut pipe = redis::pipe();
+            pipe.ignore_errors();
+            for key in chunk {
+                pipe.cmd("GET").arg(*key);
+            }
+            match pipe.query_async::<Vec<redis::Value>>(&mut c).await {
+                Ok(values) => {
+                    for (key, value) in chunk.iter().zip(values) {
+                        let ok = redis::from_redis_value::<Option<String>>(value).ok().flatten() == Some(expected(key));
+                        if !ok {
+                            retry.push(key);
+                        }
+                    }
+                }
+                Err(_) => retry.extend(chunk),
+            }
+        }
+    }
+    let mut missing = Vec::new();
+    for key in retry {
+        match client.get(key).await {
+            Ok(Some(v)) if v == expected(key) => {}
+            other => missing.push(format!("{key}: {other:?}")),
+        }
+    }
+    missing
+}
