@@ -39,7 +39,10 @@ fn assert_clean(cluster: &RedisCluster, password: &str, masters: usize, step: &s
     assert!(check.contains("[OK] All 16384 slots covered."), "{step}: {check}");
     assert!(check.contains("[OK] All nodes agree about slots configuration."), "{step}: {check}");
     assert!(!check.contains("[WARNING]") && !check.contains("[ERR]"), "{step}: {check}");
-    assert!(check.contains(&format!("{masters} masters")) || check.matches("M: ").count() == masters, "{step}: {check}");
+    assert!(
+        check.contains(&format!("{masters} masters")) || check.matches("M: ").count() == masters,
+        "{step}: {check}"
+    );
     let share = 16384.0 / masters as f64;
     let owners: Vec<usize> =
         status.nodes.iter().filter(|n| n.role.as_deref() == Some("master")).map(|n| slot_count(&n.slots)).collect();
@@ -96,8 +99,14 @@ async fn scaling_shards_and_replicas_keeps_every_acknowledged_write() {
     let sets = kubectl(env, &["get", "statefulsets", "-n", &ns, "-o", "name"], None).1;
     assert_eq!(sets.lines().count(), 3, "drained shards removed: {sets}");
 
-    let slots_before: Vec<(String, Vec<String>)> =
-        cluster.status.unwrap().nodes.into_iter().filter(|n| n.role.as_deref() == Some("master")).map(|n| (n.node_id.unwrap(), n.slots)).collect();
+    let slots_before: Vec<(String, Vec<String>)> = cluster
+        .status
+        .unwrap()
+        .nodes
+        .into_iter()
+        .filter(|n| n.role.as_deref() == Some("master"))
+        .map(|n| (n.node_id.unwrap(), n.slots))
+        .collect();
     for replicas in [2, 0, 1] {
         apply(env, &ns, "elastic", 3, replicas);
         let pods = 3 * (replicas as usize + 1);
@@ -151,7 +160,10 @@ async fn operator_killed_mid_migration_resumes_and_repairs_open_slots() {
         .arg(format!("{}:6379", node_ips(&cluster)[0]))
         .output()
         .unwrap();
-    eprintln!("after the crash: {}", String::from_utf8_lossy(&open.stdout).lines().filter(|l| l.contains("open")).collect::<Vec<_>>().join("; "));
+    eprintln!(
+        "after the crash: {}",
+        String::from_utf8_lossy(&open.stdout).lines().filter(|l| l.contains("open")).collect::<Vec<_>>().join("; ")
+    );
     drop(crashing);
 
     let _restarted = start_operator(env, "migration-crash");
@@ -189,7 +201,8 @@ async fn scale_in_is_refused_when_the_data_would_not_fit() {
         };
         let _: ((),) = client.routed(&key, &build).await.unwrap();
     }
-    let owners_before: Vec<Vec<String>> = cluster.status.as_ref().unwrap().nodes.iter().map(|n| n.slots.clone()).collect();
+    let owners_before: Vec<Vec<String>> =
+        cluster.status.as_ref().unwrap().nodes.iter().map(|n| n.slots.clone()).collect();
     let (ok, out) = kubectl(env, &["apply", "-f", "-"], Some(&manifest(3)));
     assert!(ok, "{out}");
     let refused = wait_until("the scale-in refused in status", Duration::from_secs(60), || async {

@@ -45,7 +45,8 @@ fn redirect(error: &redis::RedisError) -> Option<Redirect> {
 
 impl ClusterClient {
     pub async fn new(seeds: Vec<String>, password: &str) -> Self {
-        let mut client = Self { password: password.into(), seeds, slots: vec![None; 16384], connections: HashMap::new() };
+        let mut client =
+            Self { password: password.into(), seeds, slots: vec![None; 16384], connections: HashMap::new() };
         client.refresh().await;
         client
     }
@@ -56,7 +57,8 @@ impl ClusterClient {
         }
         let url = format!("redis://:{}@{addr}/", self.password);
         let client = redis::Client::open(url)?;
-        let connect = client.get_multiplexed_async_connection();
+        let config = redis::AsyncConnectionConfig::new().set_response_timeout(Some(Duration::from_secs(10)));
+        let connect = client.get_multiplexed_async_connection_with_config(&config);
         let connection = tokio::time::timeout(Duration::from_secs(2), connect)
             .await
             .map_err(|_| redis::RedisError::from(std::io::Error::other(format!("connect {addr} timed out"))))??;
@@ -83,9 +85,10 @@ impl ClusterClient {
                 continue;
             };
             for range in ranges {
-                let (Ok(start), Ok(end)) =
-                    (redis::from_redis_value::<u16>(range[0].clone()), redis::from_redis_value::<u16>(range[1].clone()))
-                else {
+                let (Ok(start), Ok(end)) = (
+                    redis::from_redis_value::<u16>(range[0].clone()),
+                    redis::from_redis_value::<u16>(range[1].clone()),
+                ) else {
                     continue;
                 };
                 let Ok(master) = redis::from_redis_value::<Vec<redis::Value>>(range[2].clone()) else { continue };
@@ -220,19 +223,19 @@ impl Writer {
                 i += 1;
                 let result = client.set_acknowledged(&key, &i.to_string()).await;
                 {
-                let mut rec = r.lock().unwrap();
-                match result {
-                    Ok(true) => {
-                        let now = Instant::now();
-                        if let Some(last) = rec.last_ack {
-                            rec.longest_gap = rec.longest_gap.max(now - last);
+                    let mut rec = r.lock().unwrap();
+                    match result {
+                        Ok(true) => {
+                            let now = Instant::now();
+                            if let Some(last) = rec.last_ack {
+                                rec.longest_gap = rec.longest_gap.max(now - last);
+                            }
+                            rec.last_ack = Some(now);
+                            rec.acknowledged.push(key);
                         }
-                        rec.last_ack = Some(now);
-                        rec.acknowledged.push(key);
+                        Ok(false) => rec.unacknowledged += 1,
+                        Err(_) => rec.errors += 1,
                     }
-                    Ok(false) => rec.unacknowledged += 1,
-                    Err(_) => rec.errors += 1,
-                }
                 }
                 tokio::time::sleep(Duration::from_millis(2)).await;
             }

@@ -3,18 +3,22 @@
 pub mod catalog;
 pub mod cluster;
 pub mod names;
+pub mod operation;
 
 pub use cluster::*;
+pub use operation::*;
 
 use kube::CustomResourceExt as _;
 
 /// Where the generated CRD lives in the repository.
-pub const CRD_PATH: &str = "deploy/crds/redisclusters.slotkeeper.io.yaml";
+pub const CRD_PATH: &str = "deploy/crds/slotkeeper.io.yaml";
 
 /// Every CRD the operator serves, as the YAML committed in `deploy/crds/`.
 pub fn crds_yaml() -> String {
     let header = "# Generated from the Rust types by `slotkeeper crd`; do not edit.\n";
-    format!("{header}{}", serde_yaml::to_string(&RedisCluster::crd()).expect("a CRD serializes"))
+    let crds = [RedisCluster::crd(), RedisOperation::crd()];
+    let documents: Vec<String> = crds.iter().map(|crd| serde_yaml::to_string(crd).expect("a CRD serializes")).collect();
+    format!("{header}{}", documents.join("---\n"))
 }
 
 #[cfg(test)]

@@ -78,6 +78,10 @@ pub struct RedisOperationStatus {
     /// What happened, or why it could not.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
+    /// When `CLUSTER FAILOVER` was sent; absent until then (a restarted
+    /// operator never sends it twice).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failover_sent_time: Option<Time>,
     /// The master that handed over and the replica promoted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub from_pod: Option<String>,

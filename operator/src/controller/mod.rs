@@ -5,6 +5,7 @@ mod act;
 mod apply;
 pub mod cache;
 mod observe;
+mod operation;
 pub mod report;
 
 use std::sync::Arc;
@@ -12,6 +13,7 @@ use std::time::Duration;
 
 use futures::StreamExt as _;
 use futures::future::try_join_all;
+use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::{Action as Requeue, Controller};
@@ -53,25 +55,36 @@ pub struct Context {
     pub caches: Caches,
     /// Open connections to Redis nodes, reused across reconciles.
     pub redis: Pool,
+    /// Serialises the start of RedisOperations, so two created together
+    /// cannot both see the other as not running yet.
+    pub operation_starts: tokio::sync::Mutex<()>,
 }
 
 impl Context {
     pub fn new(client: Client, instance: String, metrics: Arc<Metrics>, caches: Caches) -> Self {
         let reporter = Reporter { controller: FIELD_MANAGER.into(), instance: Some(instance) };
-        Self { recorder: Recorder::new(client.clone(), reporter), client, metrics, caches, redis: Pool::default() }
+        Self { recorder: Recorder::new(client.clone(), reporter), client, metrics, caches, redis: Pool::default(), operation_starts: Default::default() }
     }
 
     async fn event(&self, cluster: &RedisCluster, type_: EventType, reason: &str, note: String) {
+        self.publish(&cluster.object_ref(&()), type_, reason, note).await;
+    }
+
+    async fn publish(&self, object: &ObjectReference, type_: EventType, reason: &str, note: String) {
         let event = Event { type_, reason: reason.into(), note: Some(note), action: reason.into(), secondary: None };
-        if let Err(error) = self.recorder.publish(&event, &cluster.object_ref(&())).await {
+        if let Err(error) = self.recorder.publish(&event, object).await {
             tracing::warn!(%error, "cannot publish event");
         }
     }
 }
 
-/// Runs the controller until the stream ends (the process is stopping).
-/// `triggers` are the watches that fill `ctx.caches`.
+/// Runs the RedisCluster and RedisOperation controllers until they stop (the
+/// process is stopping). `triggers` are the watches that fill `ctx.caches`.
 pub async fn run(ctx: Arc<Context>, triggers: Triggers, namespace: Option<&str>) {
+    futures::join!(run_clusters(ctx.clone(), triggers, namespace), operation::run(ctx, namespace));
+}
+
+async fn run_clusters(ctx: Arc<Context>, triggers: Triggers, namespace: Option<&str>) {
     let clusters: Api<RedisCluster> = match namespace {
         Some(ns) => Api::namespaced(ctx.client.clone(), ns),
         None => Api::all(ctx.client.clone()),

@@ -57,10 +57,14 @@ impl RedisNode {
         let url = format!("redis://:{}@{addr}/", encode(password));
         let command_err = |source| RedisError::Command { addr: addr.clone(), command: "AUTH", source };
         let client = redis::Client::open(url).map_err(command_err)?;
-        let connection = tokio::time::timeout(CALL_TIMEOUT, client.get_multiplexed_async_connection())
-            .await
-            .map_err(|_| RedisError::Timeout { addr: addr.clone(), command: "connect" })?
-            .map_err(command_err)?;
+        // The crate's own 500 ms response timeout would cut large pipelines
+        // (a reshard batch) short; every call here carries its own deadline.
+        let config = redis::AsyncConnectionConfig::new().set_response_timeout(None);
+        let connection =
+            tokio::time::timeout(CALL_TIMEOUT, client.get_multiplexed_async_connection_with_config(&config))
+                .await
+                .map_err(|_| RedisError::Timeout { addr: addr.clone(), command: "connect" })?
+                .map_err(command_err)?;
         Ok(Self { addr, connection })
     }
 
@@ -126,6 +130,11 @@ impl RedisNode {
     /// master's agreement, no write acknowledged by the old master lost.
     pub async fn failover(&mut self) -> Result<(), RedisError> {
         self.call("CLUSTER FAILOVER", redis::cmd("CLUSTER").arg("FAILOVER")).await
+    }
+
+    /// `CLUSTER FAILOVER FORCE`: only when the master cannot be reached.
+    pub async fn failover_force(&mut self) -> Result<(), RedisError> {
+        self.call("CLUSTER FAILOVER FORCE", redis::cmd("CLUSTER").arg("FAILOVER").arg("FORCE")).await
     }
 
     pub async fn stabilize(&mut self, slot: u16) -> Result<(), RedisError> {

@@ -1,0 +1,147 @@
+//! `RedisOperation` failover: every shard handed over to a caught-up replica
+//! with a writer running and nothing acknowledged lost; invalid requests fail
+//! with a clear message and change nothing; events on both objects.
+
+mod common;
+
+use std::time::Duration;
+
+use common::operator::*;
+use common::writer::{ClusterClient, Writer, missing};
+use common::*;
+use kube::Api;
+use slotkeeper_env::Environment;
+use slotkeeper_operator::api::{OperationPhase, RedisCluster, RedisOperation};
+
+fn operation(ns: &str, name: &str, cluster: &str, failover: &str) -> String {
+    format!(
+        "apiVersion: slotkeeper.io/v1alpha1\nkind: RedisOperation\nmetadata: {{name: {name}, namespace: {ns}}}\nspec: {{cluster: {cluster}, type: Failover, failover: {failover}}}\n"
+    )
+}
+
+async fn finished(api: &Api<RedisOperation>, name: &str) -> RedisOperation {
+    wait_until(&format!("RedisOperation {name} finished"), Duration::from_secs(90), || async {
+        let op = api.get(name).await.ok()?;
+        matches!(op.status.as_ref()?.phase, Some(OperationPhase::Succeeded | OperationPhase::Failed)).then_some(op)
+    })
+    .await
+}
+
+fn masters(cluster: &RedisCluster) -> Vec<(String, Vec<String>)> {
+    let mut m: Vec<(String, Vec<String>)> = cluster
+        .status
+        .as_ref()
+        .unwrap()
+        .nodes
+        .iter()
+        .filter(|n| n.role.as_deref() == Some("master"))
+        .map(|n| (n.pod.clone(), n.slots.clone()))
+        .collect();
+    m.sort();
+    m
+}
+
+fn apply(env: &Environment, yaml: &str) {
+    let (ok, out) = kubectl(env, &["apply", "-f", "-"], Some(yaml));
+    assert!(ok, "{out}");
+}
+
+#[tokio::test]
+async fn failover_of_every_shard_keeps_every_acknowledged_write() {
+    let env = shared_env();
+    let _operator = shared_operator(env);
+    let kube = env.client().await.unwrap();
+    let ns = namespace(&kube, "failover").await;
+    let clusters: Api<RedisCluster> = Api::namespaced(kube.clone(), &ns);
+    let operations: Api<RedisOperation> = Api::namespaced(kube.clone(), &ns);
+    apply(env, &format!("apiVersion: slotkeeper.io/v1alpha1\nkind: RedisCluster\nmetadata: {{name: relay, namespace: {ns}}}\nspec: {{masters: 3, replicasPerMaster: 1, version: 7.0.15}}\n"));
+    let cluster = wait_settled(&clusters, "relay", 3, 6, Duration::from_secs(180)).await;
+    let ips: Vec<String> = cluster.status.as_ref().unwrap().nodes.iter().filter_map(|n| n.ip.clone()).collect();
+    let password = password(&kube, &ns, "relay").await;
+    let mut client = ClusterClient::new(ips.clone(), &password).await;
+    let seeds = client.seed("seed", 20_000).await;
+    let writer = Writer::start(ips.clone(), &password, "ack").await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+
+    for shard in 0..3 {
+        let before = masters(&clusters.get("relay").await.unwrap());
+        writer.take_gap();
+        let name = format!("failover-shard-{shard}");
+        apply(env, &operation(&ns, &name, "relay", &format!("{{shard: {shard}}}")));
+        let op = finished(&operations, &name).await;
+        let status = op.status.unwrap();
+        assert_eq!(status.phase, Some(OperationPhase::Succeeded), "{name}: {:?}", status.message);
+        assert!(status.start_time.is_some() && status.completion_time.is_some(), "{name}");
+        let (from, to) = (status.from_pod.unwrap(), status.to_pod.unwrap());
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let gap = writer.take_gap();
+        eprintln!("{name}: {from} → {to}, longest write gap {} ms", gap.as_millis());
+        // Status of the cluster shows the new roles, and the slots moved with the role.
+        let after = wait_settled(&clusters, "relay", 3, 6, Duration::from_secs(60)).await;
+        let after_masters = masters(&after);
+        assert!(after_masters.iter().any(|(pod, _)| *pod == to), "{to} is a master: {after_masters:?}");
+        assert!(!after_masters.iter().any(|(pod, _)| *pod == from), "{from} is no longer a master");
+        let slots_of = |m: &[(String, Vec<String>)], pod: &str| m.iter().find(|(p, _)| p == pod).map(|(_, s)| s.clone());
+        assert_eq!(slots_of(&after_masters, &to), slots_of(&before, &from), "{to} serves {from}'s slots");
+        let check = redis_cli_check(&ips[0], &password);
+        assert!(check.contains("[OK] All 16384 slots covered.") && !check.contains("[ERR]"), "{check}");
+    }
+    let acknowledged = writer.snapshot();
+    let lost = missing(&mut client, &acknowledged, 1).await;
+    assert!(lost.is_empty(), "{} acknowledged keys lost, e.g. {:?}", lost.len(), &lost[..lost.len().min(5)]);
+    assert!(missing(&mut client, &seeds, 0).await.is_empty(), "seeded keys lost");
+    let record = writer.stop().await;
+    eprintln!("writer: {} acknowledged, {} errors", record.acknowledged.len(), record.errors);
+
+    let described = kubectl(env, &["describe", "rdo", "failover-shard-0", "-n", &ns], None).1;
+    assert!(described.contains("FailoverStarted") && described.contains("OperationSucceeded"), "{described}");
+    let described = kubectl(env, &["describe", "rdc", "relay", "-n", &ns], None).1;
+    assert!(described.contains("RedisOperation failover-shard-0"), "{described}");
+}
+
+#[tokio::test]
+async fn invalid_operations_fail_with_a_clear_message_and_change_nothing() {
+    let env = shared_env();
+    let _operator = shared_operator(env);
+    let kube = env.client().await.unwrap();
+    let ns = namespace(&kube, "failover-invalid").await;
+    let clusters: Api<RedisCluster> = Api::namespaced(kube.clone(), &ns);
+    let operations: Api<RedisOperation> = Api::namespaced(kube.clone(), &ns);
+    apply(env, &format!("apiVersion: slotkeeper.io/v1alpha1\nkind: RedisCluster\nmetadata: {{name: solo, namespace: {ns}}}\nspec: {{masters: 3, replicasPerMaster: 0, version: 7.0.15}}\n"));
+    apply(env, &format!("apiVersion: slotkeeper.io/v1alpha1\nkind: RedisCluster\nmetadata: {{name: duo, namespace: {ns}}}\nspec: {{masters: 3, replicasPerMaster: 1, version: 7.0.15}}\n"));
+    let solo = wait_settled(&clusters, "solo", 3, 3, Duration::from_secs(180)).await;
+    let duo = wait_settled(&clusters, "duo", 3, 6, Duration::from_secs(180)).await;
+
+    let cases = [
+        ("ghost", operation(&ns, "ghost", "nowhere", "{shard: 0}"), "spec.cluster: RedisCluster nowhere does not exist"),
+        ("no-replica", operation(&ns, "no-replica", "solo", "{shard: 1}"), "shard 1 has no replica to promote"),
+        ("out-of-range", operation(&ns, "out-of-range", "duo", "{shard: 7}"), "spec.failover.shard 7: cluster duo has shards 0 to 2"),
+        ("wrong-target", operation(&ns, "wrong-target", "duo", "{shard: 0, targetPod: duo-shard-1-1}"), "spec.failover.targetPod duo-shard-1-1 is not a replica of shard 0"),
+    ];
+    for (name, yaml, expected) in &cases {
+        apply(env, yaml);
+        let status = finished(&operations, name).await.status.unwrap();
+        assert_eq!(status.phase, Some(OperationPhase::Failed), "{name}");
+        let message = status.message.unwrap();
+        assert!(message.contains(expected), "{name}: {message}");
+        assert!(status.failover_sent_time.is_none(), "{name}: nothing was sent");
+    }
+    // Two at once on one cluster: the second is refused while the first runs.
+    apply(env, &(operation(&ns, "first", "duo", "{shard: 0}") + "---\n" + &operation(&ns, "second", "duo", "{shard: 1}")));
+    let first = finished(&operations, "first").await.status.unwrap();
+    let second = finished(&operations, "second").await.status.unwrap();
+    let phases = [first.phase, second.phase];
+    assert!(phases.contains(&Some(OperationPhase::Succeeded)) && phases.contains(&Some(OperationPhase::Failed)), "{phases:?}");
+    let refused = if first.phase == Some(OperationPhase::Failed) { first } else { second };
+    assert!(refused.message.as_deref().unwrap().contains("is running on cluster duo"), "{:?}", refused.message);
+
+    // Nothing changed where the requests were refused.
+    let solo_after = wait_settled(&clusters, "solo", 3, 3, Duration::from_secs(30)).await;
+    assert_eq!(masters(&solo), masters(&solo_after));
+    let duo_after = wait_settled(&clusters, "duo", 3, 6, Duration::from_secs(60)).await;
+    let changed: Vec<_> = masters(&duo).into_iter().filter(|m| !masters(&duo_after).contains(m)).collect();
+    assert_eq!(changed.len(), 1, "exactly the one accepted failover changed a master: {changed:?}");
+    // The spec is immutable once created.
+    let (ok, out) = kubectl(env, &["patch", "rdo", "first", "-n", &ns, "--type=merge", "-p", r#"{"spec":{"cluster":"solo"}}"#], None);
+    assert!(!ok && out.contains("immutable"), "{out}");
+}
