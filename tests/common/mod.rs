@@ -115,7 +115,13 @@ pub fn install_crds(env: &Environment) {
     assert!(ok, "kubectl apply of deploy/crds failed: {out}");
     let (ok, out) = kubectl(
         env,
-        &["wait", "--for=condition=Established", "--timeout=60s", "crd/redisclusters.slotkeeper.io", "crd/redisoperations.slotkeeper.io"],
+        &[
+            "wait",
+            "--for=condition=Established",
+            "--timeout=60s",
+            "crd/redisclusters.slotkeeper.io",
+            "crd/redisoperations.slotkeeper.io",
+        ],
         None,
     );
     assert!(ok, "CRD not established: {out}");

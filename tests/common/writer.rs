@@ -21,6 +21,11 @@ pub fn slot_of(key: &str) -> u16 {
     crc % 16384
 }
 
+/// `ip` or `ip:port` → `ip:port` (6379 by default).
+fn with_port(seed: &str) -> String {
+    if seed.contains(':') { seed.to_owned() } else { format!("{seed}:6379") }
+}
+
 pub struct ClusterClient {
     password: String,
     seeds: Vec<String>,
@@ -71,7 +76,7 @@ impl ClusterClient {
         let mut candidates: Vec<String> = self.slots.iter().flatten().cloned().collect();
         candidates.sort();
         candidates.dedup();
-        candidates.extend(self.seeds.iter().map(|s| format!("{s}:6379")));
+        candidates.extend(self.seeds.iter().map(|s| with_port(s)));
         for addr in candidates {
             let Ok(mut c) = self.connection(&addr).await else {
                 self.connections.remove(&addr);
@@ -112,7 +117,7 @@ impl ClusterClient {
         key: &str,
         build: &(dyn Fn(&mut redis::Pipeline) + Sync),
     ) -> redis::RedisResult<T> {
-        let mut addr = self.slots[slot_of(key) as usize].clone().unwrap_or_else(|| format!("{}:6379", self.seeds[0]));
+        let mut addr = self.slots[slot_of(key) as usize].clone().unwrap_or_else(|| with_port(&self.seeds[0]));
         let mut asking = false;
         let mut last_error = None;
         for _ in 0..6 {

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{Affinity, ResourceRequirements, Toleration, TopologySpreadConstraint};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
 
@@ -166,6 +166,9 @@ pub struct RedisClusterStatus {
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
 #[serde(rename_all = "camelCase")]
 pub struct ReshardStatus {
+    /// When the first batch started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_time: Option<Time>,
     /// Slots this reshard moves in all.
     pub slots_total: i32,
     pub slots_moved: i32,

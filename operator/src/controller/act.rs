@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 
 use futures::future::{join_all, try_join_all};
 use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams};
 
 use super::Context;
@@ -130,6 +131,16 @@ async fn act_on(
                     pairs.join(", ")
                 ),
             )
+        }
+        Action::DeletePod { pod, reason } => {
+            let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), target.namespace);
+            let force = DeleteParams { grace_period_seconds: Some(0), ..DeleteParams::default() };
+            match pods.delete(pod, &force).await {
+                Ok(_) => {}
+                Err(kube::Error::Api(e)) if e.code == 404 => {}
+                Err(e) => return Err(Error::kube(format!("delete Pod {}/{pod}", target.namespace))(e)),
+            }
+            event("PodReplaced", format!("force-deleted {pod} ({reason}); its StatefulSet recreates it elsewhere"))
         }
         Action::RemoveShard { shard } => {
             let name = Names(target.cluster).shard(*shard);

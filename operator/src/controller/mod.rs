@@ -18,6 +18,7 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::{Action as Requeue, Controller};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use kube::{Client, Resource as _, ResourceExt as _};
 use serde_json::Value;
@@ -58,12 +59,32 @@ pub struct Context {
     /// Serialises the start of RedisOperations, so two created together
     /// cannot both see the other as not running yet.
     pub operation_starts: tokio::sync::Mutex<()>,
+    /// Asks for a cluster's reconcile when something outside Kubernetes
+    /// changed it (a failover by a RedisOperation), so status follows at once.
+    nudges: tokio::sync::mpsc::UnboundedSender<ObjectRef<RedisCluster>>,
+    nudged: std::sync::Mutex<Option<tokio::sync::mpsc::UnboundedReceiver<ObjectRef<RedisCluster>>>>,
 }
 
 impl Context {
     pub fn new(client: Client, instance: String, metrics: Arc<Metrics>, caches: Caches) -> Self {
         let reporter = Reporter { controller: FIELD_MANAGER.into(), instance: Some(instance) };
-        Self { recorder: Recorder::new(client.clone(), reporter), client, metrics, caches, redis: Pool::default(), operation_starts: Default::default() }
+        let (nudges, nudged) = tokio::sync::mpsc::unbounded_channel();
+        Self {
+            recorder: Recorder::new(client.clone(), reporter),
+            client,
+            metrics,
+            caches,
+            redis: Pool::default(),
+            operation_starts: Default::default(),
+            nudges,
+            nudged: std::sync::Mutex::new(Some(nudged)),
+        }
+    }
+
+    /// Reconciles `cluster` soon, whatever else triggers it.
+    pub fn nudge(&self, cluster: &RedisCluster) {
+        // The receiver lives as long as the controller; a send fails only while stopping.
+        let _ = self.nudges.send(ObjectRef::from_obj(cluster));
     }
 
     async fn event(&self, cluster: &RedisCluster, type_: EventType, reason: &str, note: String) {
@@ -89,7 +110,9 @@ async fn run_clusters(ctx: Arc<Context>, triggers: Triggers, namespace: Option<&
         Some(ns) => Api::namespaced(ctx.client.clone(), ns),
         None => Api::all(ctx.client.clone()),
     };
+    let nudged = ctx.nudged.lock().expect("nudge lock").take().expect("the cluster controller runs once");
     Controller::new(clusters, watcher::Config::default())
+        .reconcile_on(tokio_stream_of(nudged))
         .watches_stream(triggers.pods, |pod| cache::cluster_of(&pod))
         .owns_stream(triggers.secrets)
         .owns_stream(triggers.stateful_sets)
@@ -107,6 +130,12 @@ async fn run_clusters(ctx: Arc<Context>, triggers: Triggers, namespace: Option<&
             }
         })
         .await;
+}
+
+fn tokio_stream_of<T: Send + 'static>(
+    mut receiver: tokio::sync::mpsc::UnboundedReceiver<T>,
+) -> impl futures::Stream<Item = T> + Send {
+    futures::stream::poll_fn(move |cx| receiver.poll_recv(cx))
 }
 
 fn error_policy(cluster: Arc<RedisCluster>, error: &Error, _ctx: Arc<Context>) -> Requeue {
@@ -148,10 +177,11 @@ async fn reconcile_in_span(cluster: Arc<RedisCluster>, ctx: Arc<Context>, namesp
 async fn reconcile_steps(cluster: &RedisCluster, ctx: &Context, namespace: &str) -> Result<Requeue> {
     let name = cluster.name_any();
     let password = apply::password(ctx, cluster, namespace).await?;
-    let pods = observe::pods(ctx, namespace, &name);
+    let mut pods = observe::pods(ctx, namespace, &name);
     tracing::debug!(pods = pods.len(), "observing redis");
     let key = format!("{namespace}/{name}");
     let redis = observe::redis(ctx, &key, &pods, &password).await;
+    observe::lost_nodes(ctx, &mut pods, &redis).await;
     let observed = Observed {
         shards: cluster.spec.masters.max(0) as usize,
         replicas_per_master: cluster.spec.replicas_per_master.max(0) as usize,
@@ -184,8 +214,9 @@ async fn reconcile_steps(cluster: &RedisCluster, ctx: &Context, namespace: &str)
 
     let target =
         act::Target { namespace, cluster: &name, key: &key, password: &password, version: &cluster.spec.version };
+    let step_started = Timestamp::now();
     let acted = act::act(ctx, &target, &action, &observed.pods).await;
-    let status = report::build_status(cluster, &observed, &action, acted.is_ok(), Timestamp::now());
+    let status = report::build_status(cluster, &observed, &action, acted.is_ok(), step_started, Timestamp::now());
     let converged = action == Action::Converged;
     let labels = ClusterLabels { namespace: namespace.to_owned(), cluster: name.clone() };
     ctx.metrics.slots_assigned.get_or_create(&labels).set(i64::from(status.slots_assigned));
@@ -199,6 +230,11 @@ async fn reconcile_steps(cluster: &RedisCluster, ctx: &Context, namespace: &str)
             format!("{} masters serve all 16384 slots", status.ready_masters),
         )
         .await;
+    }
+    if let (None, Some(done)) = (&status.reshard, cluster.status.as_ref().and_then(|s| s.reshard.as_ref())) {
+        let seconds = done.started_time.as_ref().map_or(0.0, |t| Timestamp::now().duration_since(t.0).as_secs_f64());
+        let note = format!("moved {} slots in {seconds:.1}s; slots are balanced", done.slots_total);
+        ctx.event(cluster, EventType::Normal, "Rebalanced", note).await;
     }
     if let Action::Refused(reason) = &action
         && cluster.status.as_ref().and_then(|s| s.step.as_ref()).is_none_or(|s| s.progress.as_ref() != Some(reason))

@@ -3,7 +3,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use futures::future::join_all;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::Api;
 
 use super::Context;
 use crate::api::names::LABEL_SHARD;
@@ -26,6 +27,7 @@ fn pod_fact(pod: &Pod) -> Option<PodFact> {
     Some(PodFact {
         ip: status.and_then(|s| s.pod_ip.clone()).filter(|_| running),
         node_name: pod.spec.as_ref().and_then(|s| s.node_name.clone()),
+        node_lost: false,
         name,
         shard,
         ordinal,
@@ -56,6 +58,33 @@ pub async fn redis(ctx: &Context, key: &str, pods: &[PodFact], password: &str) -
         }
     });
     join_all(asks).await.into_iter().flatten().collect()
+}
+
+/// Marks Pods that did not answer and whose Node is not Ready. Only
+/// unanswered Pods cost a request: a healthy cluster reads no Node.
+pub async fn lost_nodes(ctx: &Context, pods: &mut [PodFact], answered: &BTreeMap<String, RedisFact>) {
+    let nodes: Api<Node> = Api::all(ctx.client.clone());
+    let mut verdicts: BTreeMap<String, bool> = BTreeMap::new();
+    for pod in pods.iter_mut().filter(|p| !answered.contains_key(&p.name)) {
+        let Some(node) = pod.node_name.clone() else { continue };
+        if !verdicts.contains_key(&node) {
+            let lost = match nodes.get_opt(&node).await {
+                Ok(Some(n)) => !node_ready(&n),
+                Ok(None) => true,
+                Err(error) => {
+                    tracing::debug!(%node, %error, "cannot read Node");
+                    false
+                }
+            };
+            verdicts.insert(node.clone(), lost);
+        }
+        pod.node_lost = verdicts[&node];
+    }
+}
+
+fn node_ready(node: &Node) -> bool {
+    let conditions = node.status.as_ref().and_then(|s| s.conditions.as_ref());
+    conditions.is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
 }
 
 async fn ask(ctx: &Context, key: &str, ip: &str, password: &str) -> Result<RedisFact> {

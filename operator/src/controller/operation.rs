@@ -138,6 +138,7 @@ async fn reconcile_in_span(operation: Arc<RedisOperation>, ctx: Arc<Context>, na
                 ..status
             };
             write(&ctx, &operation, next).await?;
+            ctx.nudge(&cluster);
             event(&ctx, &operation, Some(&cluster), EventType::Normal, "FailoverSent", message).await;
             Ok(Requeue::requeue(POLL))
         }
@@ -344,6 +345,9 @@ async fn finish(
         ..status
     };
     write(ctx, operation, next).await?;
+    if let Some(cluster) = cluster {
+        ctx.nudge(cluster);
+    }
     let (type_, reason) =
         if succeeded { (EventType::Normal, "OperationSucceeded") } else { (EventType::Warning, "OperationFailed") };
     tracing::info!(?phase, %message, "operation finished");

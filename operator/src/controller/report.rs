@@ -10,12 +10,13 @@ use crate::plan::{Action, Observed};
 use crate::redis::topology::{SLOTS, expand};
 
 /// The status for this observation; `step_done` says whether the action
-/// succeeded. `now` stamps conditions that changed.
+/// (begun at `step_started`) succeeded. `now` stamps conditions that changed.
 pub fn build_status(
     cluster: &RedisCluster,
     observed: &Observed,
     action: &Action,
     step_done: bool,
+    step_started: Timestamp,
     now: Timestamp,
 ) -> RedisClusterStatus {
     let old = cluster.status.clone().unwrap_or_default();
@@ -110,6 +111,7 @@ pub fn build_status(
             let left = remaining + if step_done { 0 } else { in_batch };
             let total = old.reshard.as_ref().map_or(0, |r| r.slots_total as usize).max(remaining + in_batch);
             Some(ReshardStatus {
+                started_time: old.reshard.as_ref().and_then(|r| r.started_time.clone()).or(Some(Time(step_started))),
                 slots_total: total as i32,
                 slots_moved: (total - left) as i32,
                 current_slot: batches.iter().flat_map(|b| b.slots.first()).map(|s| i32::from(s.slot)).min(),
@@ -194,6 +196,7 @@ fn describe(action: &Action) -> (&'static str, String) {
             }
         }
         Action::RemoveShard { shard } => ("RemoveShard", format!("removing drained shard {shard}")),
+        Action::DeletePod { pod, reason } => ("ReplacePod", format!("replacing {pod}: {reason}")),
         Action::Converged => ("Converged", "converged".into()),
     }
 }

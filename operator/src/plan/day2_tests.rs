@@ -185,3 +185,21 @@ fn pods_recreated_with_new_addresses_are_met_again() {
     let Action::Meet { targets, .. } = &action else { panic!("expected Meet, got {action:?}") };
     assert_eq!(targets.len(), 5, "every node but the seed, at its new address");
 }
+
+#[test]
+fn a_pod_on_a_lost_node_is_replaced_only_when_it_does_not_answer() {
+    let mut o = healthy(3, 1);
+    let victim = o.pods.iter_mut().find(|p| p.name == "c-shard-1-0").unwrap();
+    victim.node_lost = true;
+    victim.node_name = Some("node-2".into());
+    assert!(!matches!(plan(&o), Action::DeletePod { .. }), "it still answers: the Node may be flapping");
+    o.redis.remove("c-shard-1-0");
+    let action = plan(&o);
+    assert!(
+        matches!(&action, Action::DeletePod { pod, reason } if pod == "c-shard-1-0" && reason.contains("node-2")),
+        "{action:?}"
+    );
+    // On a healthy Node an unanswered Pod is waited for, not deleted.
+    o.pods.iter_mut().find(|p| p.name == "c-shard-1-0").unwrap().node_lost = false;
+    assert!(matches!(plan(&o), Action::Wait(_)), "{:?}", plan(&o));
+}

@@ -38,6 +38,9 @@ pub struct PodFact {
     pub ip: Option<String>,
     /// The Kubernetes Node it runs on.
     pub node_name: Option<String>,
+    /// That Node is not Ready (the node controller gave up on it): the Pod
+    /// will not come back by itself.
+    pub node_lost: bool,
 }
 
 /// Memory figures from `INFO memory`, for the scale-in capacity check.
@@ -124,6 +127,9 @@ pub enum Action {
     MoveSlots { batches: Vec<Batch>, others: Vec<String>, remaining: usize, repair: bool },
     /// `CLUSTER SETSLOT <slot> STABLE` where a mark's other end is gone.
     Stabilize { slots_by_pod: BTreeMap<String, Vec<u16>> },
+    /// Force-delete a Pod stranded on a lost Node, so its StatefulSet
+    /// recreates it on a Node that works.
+    DeletePod { pod: String, reason: String },
     /// Delete a drained leaving shard's StatefulSet.
     RemoveShard { shard: usize },
     /// The cluster matches the spec.
@@ -143,7 +149,11 @@ impl Action {
                 .flat_map(|b| [b.source.pod.as_str(), b.target.pod.as_str()])
                 .chain(others.iter().map(String::as_str))
                 .collect(),
-            Action::Wait(_) | Action::Refused(_) | Action::RemoveShard { .. } | Action::Converged => vec![],
+            Action::Wait(_)
+            | Action::Refused(_)
+            | Action::RemoveShard { .. }
+            | Action::DeletePod { .. }
+            | Action::Converged => vec![],
         }
     }
 }
@@ -201,6 +211,15 @@ pub fn plan(observed: &Observed) -> Action {
         sizes.values().sum::<usize>() + observed.pods.iter().filter(|p| p.shard >= observed.shards).count();
     let members = observed.members();
     let reachable: Vec<&PodFact> = members.iter().copied().filter(|p| observed.redis.contains_key(&p.name)).collect();
+    // A Pod on a lost Node never answers again, and its StatefulSet waits for
+    // the Pod object to go before it makes a new one: remove it.
+    if let Some(stranded) = observed.pods.iter().find(|p| p.node_lost && !observed.redis.contains_key(&p.name)) {
+        let node = stranded.node_name.as_deref().unwrap_or("?");
+        return Action::DeletePod {
+            pod: stranded.name.clone(),
+            reason: format!("its Node {node} is not Ready and it does not answer"),
+        };
+    }
     let present = members.len().min(expected);
     if present < expected || reachable.len() < expected {
         return Action::Wait(format!("{} of {expected} Redis nodes reachable", reachable.len()));
@@ -251,7 +270,9 @@ pub fn plan(observed: &Observed) -> Action {
         return action;
     }
 
-    for (&shard, master) in &masters {
+    // Leaving shards only drain: once a master gives its last slot away Redis
+    // turns it (and its replicas) into replicas of the receiving master.
+    for (&shard, master) in masters.range(..observed.shards) {
         let members_of_shard: Vec<&&PodFact> = reachable.iter().filter(|p| p.shard == shard).collect();
         let Some(master) = master else {
             return Action::Wait(format!(

@@ -96,10 +96,18 @@ pub fn rebalance(observed: &Observed, masters: &BTreeMap<usize, Option<&PodFact>
     let mut owned: BTreeMap<usize, BTreeSet<u16>> = BTreeMap::new();
     let mut by_shard: BTreeMap<usize, &PodFact> = BTreeMap::new();
     for (&shard, master) in masters {
-        let master = (*master)?;
-        let me = observed.redis[&master.name].myself()?;
-        owned.insert(shard, if me.master { expand(&me.slots) } else { BTreeSet::new() });
-        by_shard.insert(shard, master);
+        match *master {
+            Some(master) => {
+                let me = observed.redis[&master.name].myself()?;
+                owned.insert(shard, if me.master { expand(&me.slots) } else { BTreeSet::new() });
+                by_shard.insert(shard, master);
+            }
+            // A drained leaving shard whose nodes now follow other masters.
+            None if shard >= observed.shards => {
+                owned.insert(shard, BTreeSet::new());
+            }
+            None => return None,
+        }
     }
     if (0..observed.shards).any(|s| !by_shard.contains_key(&s)) {
         return None;

@@ -38,7 +38,7 @@ pub fn add_fresh_pod(o: &mut Observed, shard: usize, ordinal: usize) {
             memory: MemoryFact { used: 2 << 20, dataset: 1 << 20, maxmemory: 0 },
         },
     );
-    o.pods.push(PodFact { ip: Some(format!("ip-{name}")), name, shard, ordinal, node_name: None });
+    o.pods.push(PodFact { ip: Some(format!("ip-{name}")), name, shard, ordinal, node_name: None, node_lost: false });
 }
 
 /// Fresh nodes: each knows only itself.
@@ -197,9 +197,21 @@ pub fn apply(o: &mut Observed, action: &Action) {
                 for s in &b.slots {
                     move_slot(o, s.slot, &b.source.pod, &b.target.pod);
                 }
+                // Redis's replica migration: a master that gave away its last
+                // slot, and its replicas, follow the master that took it.
+                if myself_mut(o, &b.source.pod).slots.is_empty() {
+                    let (source_id, target_id) = (b.source.id.clone(), b.target.id.clone());
+                    for name in o.redis.keys().cloned().collect::<Vec<_>>() {
+                        let n = myself_mut(o, &name);
+                        if n.id == source_id || n.master_id.as_deref() == Some(source_id.as_str()) {
+                            (n.master, n.master_id) = (false, Some(target_id.clone()));
+                        }
+                    }
+                }
             }
             sync(o);
         }
+        Action::DeletePod { pod, .. } => remove_pods(o, std::slice::from_ref(pod)),
         Action::RemoveShard { shard } => {
             let names: Vec<String> = o.pods.iter().filter(|p| p.shard == *shard).map(|p| p.name.clone()).collect();
             remove_pods(o, &names);

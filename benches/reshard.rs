@@ -1,0 +1,197 @@
+//! Resharding throughput, Slotkeeper beside `redis-cli --cluster rebalance`
+//! in the same run, for the same data (100,000 small keys) and the same
+//! movement (3 masters → 5: the two new masters receive 6,553 slots).
+//!
+//! Slotkeeper: from the first slot batch (status.reshard.startedTime) until
+//! the reshard is done (status without reshard, 5 balanced masters).
+//! redis-cli: the `rebalance --cluster-use-empty-masters` command alone, on a
+//! cluster of plain processes already created and joined. Neither figure
+//! includes starting processes or Pods.
+//!
+//! Run: `cargo build --release --workspace --bins && cargo bench --bench reshard`
+
+#[path = "../tests/common/mod.rs"]
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::operator::*;
+use common::writer::ClusterClient;
+use common::*;
+use kube::Api;
+use slotkeeper_env::process::{ManagedProcess, ProcessSpec};
+use slotkeeper_operator::api::RedisCluster;
+
+const KEYS: usize = 100_000;
+const PASSWORD: &str = "bench-password";
+
+struct Figures {
+    seconds: f64,
+    keys: u64,
+    bytes: u64,
+}
+
+impl Figures {
+    fn show(&self, who: &str) -> String {
+        format!(
+            "{who}: {:.2}s, {} keys moved, {:.0} keys/s, {:.2} MB/s",
+            self.seconds,
+            self.keys,
+            self.keys as f64 / self.seconds,
+            self.bytes as f64 / self.seconds / 1e6
+        )
+    }
+}
+
+/// Keys (and their key+value bytes) held by the masters at `addresses`.
+async fn held_by(addresses: &[String], password: &str) -> (u64, u64) {
+    let mut keys = 0;
+    for addr in addresses {
+        let client = redis::Client::open(format!("redis://:{password}@{addr}/")).unwrap();
+        let mut c = client.get_multiplexed_async_connection().await.unwrap();
+        let n: u64 = redis::cmd("DBSIZE").query_async(&mut c).await.unwrap();
+        keys += n;
+    }
+    // Every key is `seed:<i>` holding `<i>`: about 11 + 5 bytes.
+    (keys, keys * 16)
+}
+
+fn free_cluster_ports(count: usize) -> Vec<u16> {
+    let free = |p: u16| std::net::TcpListener::bind(("127.0.0.1", p)).is_ok();
+    let start = 30000 + (std::process::id() % 5000) as u16;
+    (start..start + 5000).filter(|p| free(*p) && free(p + 10000)).take(count).collect()
+}
+
+fn redis_cli(args: &[&str]) -> String {
+    let out = std::process::Command::new("redis-cli")
+        .args(["-a", PASSWORD, "--no-auth-warning"])
+        .args(args)
+        .output()
+        .expect("redis-cli runs");
+    assert!(out.status.success(), "redis-cli {args:?}: {}", String::from_utf8_lossy(&out.stdout));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+async fn peer() -> Figures {
+    let dir = tempfile::tempdir().unwrap();
+    let ports = free_cluster_ports(5);
+    let _processes: Vec<ManagedProcess> = ports
+        .iter()
+        .map(|port| {
+            let spec = ProcessSpec::new(
+                format!("peer-{port}"),
+                "/usr/bin/redis-server",
+                dir.path().join(format!("{port}.log")),
+            )
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--cluster-enabled", "yes"])
+            .args(["--cluster-config-file", &format!("nodes-{port}.conf"), "--cluster-node-timeout", "5000"])
+            .args(["--dir", dir.path().to_str().unwrap(), "--save", "", "--appendonly", "yes"])
+            .args([
+                "--appenddirname",
+                &format!("aof-{port}"),
+                "--requirepass",
+                PASSWORD,
+                "--masterauth",
+                PASSWORD,
+            ]);
+            ManagedProcess::spawn(spec).unwrap()
+        })
+        .collect();
+    for port in &ports {
+        wait_until("peer redis-server up", Duration::from_secs(10), || async {
+            tokio::net::TcpStream::connect(("127.0.0.1", *port)).await.ok().map(drop)
+        })
+        .await;
+    }
+    let addr = |p: &u16| format!("127.0.0.1:{p}");
+    let first: Vec<String> = ports[..3].iter().map(addr).collect();
+    let mut create = vec!["--cluster", "create"];
+    create.extend(first.iter().map(String::as_str));
+    create.push("--cluster-yes");
+    redis_cli(&create);
+    wait_until("peer cluster ok", Duration::from_secs(30), || async {
+        let info = redis_cli(&["-p", &ports[0].to_string(), "cluster", "info"]);
+        info.contains("cluster_state:ok").then_some(())
+    })
+    .await;
+    let mut client = ClusterClient::new(vec![first[0].clone()], PASSWORD).await;
+    client.seed("seed", KEYS).await;
+    for port in &ports[3..] {
+        redis_cli(&["--cluster", "add-node", &addr(port), &first[0]]);
+    }
+    wait_until("new masters known everywhere", Duration::from_secs(30), || async {
+        let nodes = redis_cli(&["-p", &ports[0].to_string(), "cluster", "nodes"]);
+        (nodes.lines().filter(|l| l.contains("master") && !l.contains("handshake")).count() == 5).then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await; // gossip settles, as redis-cli's own check wants
+    let started = Instant::now();
+    redis_cli(&["--cluster", "rebalance", &first[0], "--cluster-use-empty-masters"]);
+    let seconds = started.elapsed().as_secs_f64();
+    let (keys, bytes) = held_by(&ports[3..].iter().map(addr).collect::<Vec<_>>(), PASSWORD).await;
+    Figures { seconds, keys, bytes }
+}
+
+async fn slotkeeper() -> Figures {
+    let env = shared_env();
+    let _operator = shared_operator(env);
+    let kube = env.client().await.unwrap();
+    let ns = namespace(&kube, "bench-reshard").await;
+    let api: Api<RedisCluster> = Api::namespaced(kube.clone(), &ns);
+    let manifest = |masters: u32| {
+        format!(
+            "apiVersion: slotkeeper.io/v1alpha1\nkind: RedisCluster\nmetadata: {{name: wide, namespace: {ns}}}\nspec: {{masters: {masters}, replicasPerMaster: 0, version: 7.0.15}}\n"
+        )
+    };
+    let (ok, out) = kubectl(env, &["apply", "-f", "-"], Some(&manifest(3)));
+    assert!(ok, "{out}");
+    let cluster = wait_settled(&api, "wide", 3, 3, Duration::from_secs(180)).await;
+    let password = password(&kube, &ns, "wide").await;
+    let ips: Vec<String> = cluster.status.unwrap().nodes.iter().filter_map(|n| n.ip.clone()).collect();
+    let mut client = ClusterClient::new(ips, &password).await;
+    client.seed("seed", KEYS).await;
+    let (ok, out) = kubectl(env, &["apply", "-f", "-"], Some(&manifest(5)));
+    assert!(ok, "{out}");
+    let started = std::sync::Arc::new(std::sync::Mutex::new(None));
+    let done = wait_until("reshard done", Duration::from_secs(300), || {
+        let (api, seen) = (api.clone(), started.clone());
+        async move {
+            let c = api.get("wide").await.ok()?;
+            let status = c.status.as_ref()?;
+            if let Some(t) = status.reshard.as_ref().and_then(|r| r.started_time.clone()) {
+                *seen.lock().unwrap() = Some(t.0);
+            }
+            let settled = status.ready_masters == 5 && status.reshard.is_none() && status.nodes.len() == 5;
+            (settled && seen.lock().unwrap().is_some()).then(k8s_openapi::jiff::Timestamp::now)
+        }
+    })
+    .await;
+    let started = started.lock().unwrap().expect("a reshard was seen");
+    let seconds = done.duration_since(started).as_secs_f64();
+    let cluster = api.get("wide").await.unwrap();
+    let new_masters: Vec<String> = cluster
+        .status
+        .unwrap()
+        .nodes
+        .iter()
+        .filter(|n| n.pod.starts_with("wide-shard-3") || n.pod.starts_with("wide-shard-4"))
+        .filter_map(|n| Some(format!("{}:6379", n.ip.clone()?)))
+        .collect();
+    let (keys, bytes) = held_by(&new_masters, &password).await;
+    Figures { seconds, keys, bytes }
+}
+
+fn main() {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
+        let ours = slotkeeper().await;
+        let theirs = peer().await;
+        println!("reshard 3→5 masters with {KEYS} keys (6553 slots move):");
+        println!("  {}", ours.show("slotkeeper"));
+        println!("  {}", theirs.show("redis-cli --cluster rebalance"));
+        println!(
+            "  speed-up: {:.1}x keys/s (target >= 5x)",
+            (ours.keys as f64 / ours.seconds) / (theirs.keys as f64 / theirs.seconds)
+        );
+    });
+}
