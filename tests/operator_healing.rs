@@ -91,13 +91,23 @@ async fn the_cluster_heals_from_crashes_deletions_lost_nodes_and_freezes() {
     let seeds = client.seed("seed", 20_000).await;
     let writer = Writer::start(ips(&api, "sturdy").await, &password, "ack").await;
 
-    // 1. A master process crashes: Redis promotes its replica, the restarted
-    //    process comes back as a replica.
+    // 1. A master process crashes. The node agent restarts it at once, as a
+    //    kubelet does; if it is back within cluster-node-timeout Redis keeps
+    //    it as master (its AOF survives a process crash in the page cache),
+    //    otherwise Redis promotes the replica and it returns as a replica.
+    //    Either way nothing acknowledged is lost. (The promote-and-rejoin
+    //    path is forced in step 5 by freezing a master.)
     let victim = master_pods(&cluster)[0].clone();
+    let restarts = |p: Pod| p.status.and_then(|s| s.container_statuses).map_or(0, |c| c[0].restart_count);
+    let before = restarts(pods.get(&victim).await.unwrap());
     env.crash_container(&ns, &victim, "redis").await.unwrap();
-    let (phases, cluster) = recovers(&api, "sturdy", "master crash").await;
-    assert!(phases.contains(&Phase::Recovering), "master crash: {phases:?}");
-    assert!(!master_pods(&cluster).contains(&victim), "{victim} came back as a replica: {:?}", master_pods(&cluster));
+    wait_until("the crashed container restarted", Duration::from_secs(60), || async {
+        (restarts(pods.get(&victim).await.ok()?) > before).then_some(())
+    })
+    .await;
+    let cluster = wait_settled(&api, "sturdy", 3, 6, Duration::from_secs(120)).await;
+    let role = cluster.status.as_ref().unwrap().nodes.iter().find(|n| n.pod == victim).unwrap().role.clone();
+    eprintln!("master crash: {victim} is back as {role:?}");
     verify(&mut client, &seeds, &writer, &password, &cluster, "master crash").await;
 
     // 2. A master Pod is deleted: the replacement rejoins with its node id (persistent storage).
@@ -120,6 +130,9 @@ async fn the_cluster_heals_from_crashes_deletions_lost_nodes_and_freezes() {
     eprintln!("all Pods deleted → Running and Ready in {:.1}s", started.elapsed().as_secs_f64());
     let after: Vec<String> = ips(&api, "sturdy").await;
     assert!(after.iter().all(|ip| !before.contains(ip)), "every address changed: {before:?} → {after:?}");
+    // Clients find the cluster again at its new addresses (as a Service would give them).
+    writer.reseed(after.clone());
+    client = ClusterClient::new(after, &password).await;
     verify(&mut client, &seeds, &writer, &password, &cluster, "all Pods deleted").await;
 
     // 4. A Node stops: its Pods are replaced elsewhere and the cluster recovers.

@@ -28,7 +28,11 @@ fn with_port(seed: &str) -> String {
 
 pub struct ClusterClient {
     password: String,
-    seeds: Vec<String>,
+    /// Where to find the cluster when the slot map fails; shared so a test
+    /// can point a running writer at new addresses (all Pods recreated).
+    seeds: Arc<Mutex<Vec<String>>>,
+    /// A failed call asks for a slot-map refresh before the next one.
+    stale: bool,
     /// slot → "ip:port"
     slots: Vec<Option<String>>,
     connections: HashMap<String, MultiplexedConnection>,
@@ -50,8 +54,14 @@ fn redirect(error: &redis::RedisError) -> Option<Redirect> {
 
 impl ClusterClient {
     pub async fn new(seeds: Vec<String>, password: &str) -> Self {
-        let mut client =
-            Self { password: password.into(), seeds, slots: vec![None; 16384], connections: HashMap::new() };
+        let seeds = Arc::new(Mutex::new(seeds));
+        let mut client = Self {
+            password: password.into(),
+            seeds,
+            stale: false,
+            slots: vec![None; 16384],
+            connections: HashMap::new(),
+        };
         client.refresh().await;
         client
     }
@@ -64,7 +74,7 @@ impl ClusterClient {
         let client = redis::Client::open(url)?;
         let config = redis::AsyncConnectionConfig::new().set_response_timeout(Some(Duration::from_secs(10)));
         let connect = client.get_multiplexed_async_connection_with_config(&config);
-        let connection = tokio::time::timeout(Duration::from_secs(2), connect)
+        let connection = tokio::time::timeout(Duration::from_millis(500), connect)
             .await
             .map_err(|_| redis::RedisError::from(std::io::Error::other(format!("connect {addr} timed out"))))??;
         self.connections.insert(addr.to_owned(), connection.clone());
@@ -76,7 +86,8 @@ impl ClusterClient {
         let mut candidates: Vec<String> = self.slots.iter().flatten().cloned().collect();
         candidates.sort();
         candidates.dedup();
-        candidates.extend(self.seeds.iter().map(|s| with_port(s)));
+        let seeds: Vec<String> = self.seeds.lock().unwrap().iter().map(|s| with_port(s)).collect();
+        candidates.splice(0..0, seeds);
         for addr in candidates {
             let Ok(mut c) = self.connection(&addr).await else {
                 self.connections.remove(&addr);
@@ -85,7 +96,7 @@ impl ClusterClient {
             let mut cmd = redis::cmd("CLUSTER");
             cmd.arg("SLOTS");
             let call = cmd.query_async::<Vec<Vec<redis::Value>>>(&mut c);
-            let Ok(Ok(ranges)) = tokio::time::timeout(Duration::from_secs(2), call).await else {
+            let Ok(Ok(ranges)) = tokio::time::timeout(Duration::from_millis(500), call).await else {
                 self.connections.remove(&addr);
                 continue;
             };
@@ -117,9 +128,12 @@ impl ClusterClient {
         key: &str,
         build: &(dyn Fn(&mut redis::Pipeline) + Sync),
     ) -> redis::RedisResult<T> {
-        let mut addr = self.slots[slot_of(key) as usize].clone().unwrap_or_else(|| with_port(&self.seeds[0]));
+        if std::mem::take(&mut self.stale) {
+            self.refresh().await;
+        }
+        let first_seed = self.seeds.lock().unwrap().first().map(|s| with_port(s)).unwrap_or_default();
+        let mut addr = self.slots[slot_of(key) as usize].clone().unwrap_or(first_seed);
         let mut asking = false;
-        let mut last_error = None;
         for _ in 0..6 {
             let mut pipe = redis::pipe();
             if asking {
@@ -128,7 +142,7 @@ impl ClusterClient {
             build(&mut pipe);
             let result = match self.connection(&addr).await {
                 Ok(mut c) => {
-                    tokio::time::timeout(Duration::from_secs(3), pipe.query_async::<T>(&mut c)).await.unwrap_or_else(
+                    tokio::time::timeout(Duration::from_secs(2), pipe.query_async::<T>(&mut c)).await.unwrap_or_else(
                         |_| Err(redis::RedisError::from(std::io::Error::other(format!("{addr} timed out")))),
                     )
                 }
@@ -143,19 +157,20 @@ impl ClusterClient {
                     }
                     Some(Redirect::Ask(to)) => (addr, asking) = (to, true),
                     None => {
+                        // Not a redirect: this node is down or failing over.
+                        // The write is simply not acknowledged; the next call
+                        // starts from a fresh slot map.
                         if error.is_io_error() || error.is_timeout() || error.is_connection_dropped() {
                             self.connections.remove(&addr);
                         }
-                        last_error = Some(error);
-                        tokio::time::sleep(Duration::from_millis(100)).await;
-                        self.refresh().await;
-                        addr = self.slots[slot_of(key) as usize].clone().unwrap_or(addr);
-                        asking = false;
+                        self.stale = true;
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                        return Err(error);
                     }
                 },
             }
         }
-        Err(last_error.unwrap_or_else(|| redis::RedisError::from(std::io::Error::other("too many redirects"))))
+        Err(redis::RedisError::from(std::io::Error::other("too many redirects")))
     }
 
     /// SET then `WAIT 1` on the same connection: `Ok(true)` when a replica has it.
@@ -211,6 +226,7 @@ pub struct Record {
 /// Writes unique keys until stopped; see [`Record`].
 pub struct Writer {
     pub record: Arc<Mutex<Record>>,
+    seeds: Arc<Mutex<Vec<String>>>,
     stop: Arc<std::sync::atomic::AtomicBool>,
     task: tokio::task::JoinHandle<()>,
 }
@@ -218,6 +234,7 @@ pub struct Writer {
 impl Writer {
     pub async fn start(seeds: Vec<String>, password: &str, prefix: &str) -> Self {
         let mut client = ClusterClient::new(seeds, password).await;
+        let shared_seeds = client.seeds.clone();
         let record = Arc::new(Mutex::new(Record::default()));
         let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let (r, s, prefix) = (record.clone(), stop.clone(), prefix.to_owned());
@@ -245,7 +262,12 @@ impl Writer {
                 tokio::time::sleep(Duration::from_millis(2)).await;
             }
         });
-        Self { record, stop, task }
+        Self { record, seeds: shared_seeds, stop, task }
+    }
+
+    /// Points the writer at new addresses (every Pod was recreated).
+    pub fn reseed(&self, seeds: Vec<String>) {
+        *self.seeds.lock().unwrap() = seeds;
     }
 
     /// The longest gap so far, and resets it (a phase starts).

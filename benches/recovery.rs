@@ -1,0 +1,122 @@
+//! Recovery figures, side by side in one run:
+//! - the write gap (longest interval without an acknowledged write, each
+//!   write acknowledged after `WAIT 1`) during a `RedisOperation` failover,
+//!   beside killing the master process and letting Redis detect it with the
+//!   operator's cluster-node-timeout (5000 ms);
+//! - the time from "every Pod deleted" to Running and Ready with every key
+//!   read back, for a 3×1 cluster on persistent volumes.
+//!
+//! Run: `cargo build --release --workspace --bins && cargo bench --bench recovery`
+
+#[path = "../tests/common/mod.rs"]
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::operator::*;
+use common::writer::{ClusterClient, Writer, missing};
+use common::*;
+use k8s_openapi::api::core::v1::Pod;
+use kube::Api;
+use kube::api::{DeleteParams, ListParams};
+use slotkeeper_operator::api::{OperationPhase, RedisCluster, RedisOperation};
+
+const ROUNDS: usize = 3;
+
+fn masters(cluster: &RedisCluster) -> Vec<String> {
+    let nodes = &cluster.status.as_ref().unwrap().nodes;
+    nodes.iter().filter(|n| n.role.as_deref() == Some("master")).map(|n| n.pod.clone()).collect()
+}
+
+fn ips(cluster: &RedisCluster) -> Vec<String> {
+    cluster.status.as_ref().unwrap().nodes.iter().filter_map(|n| n.ip.clone()).collect()
+}
+
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values[values.len() / 2]
+}
+
+fn main() {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
+        let env = shared_env();
+        let _operator = shared_operator(env);
+        let kube = env.client().await.unwrap();
+        let ns = namespace(&kube, "bench-recovery").await;
+        let clusters: Api<RedisCluster> = Api::namespaced(kube.clone(), &ns);
+        let operations: Api<RedisOperation> = Api::namespaced(kube.clone(), &ns);
+        let manifest = format!(
+            "apiVersion: slotkeeper.io/v1alpha1\nkind: RedisCluster\nmetadata: {{name: gap, namespace: {ns}}}\nspec: {{masters: 3, replicasPerMaster: 1, version: 7.0.15, storage: {{size: 1Gi}}}}\n"
+        );
+        let (ok, out) = kubectl(env, &["apply", "-f", "-"], Some(&manifest));
+        assert!(ok, "{out}");
+        let cluster = wait_settled(&clusters, "gap", 3, 6, Duration::from_secs(180)).await;
+        let password = password(&kube, &ns, "gap").await;
+        let mut client = ClusterClient::new(ips(&cluster), &password).await;
+        let seeds = client.seed("seed", 20_000).await;
+        let writer = Writer::start(ips(&cluster), &password, "ack").await;
+        tokio::time::sleep(Duration::from_secs(2)).await;
+
+        let (mut coordinated, mut detected) = (Vec::new(), Vec::new());
+        for round in 0..ROUNDS {
+            // A RedisOperation failover of shard 0.
+            writer.take_gap();
+            let name = format!("gap-{round}");
+            let op = format!("apiVersion: slotkeeper.io/v1alpha1\nkind: RedisOperation\nmetadata: {{name: {name}, namespace: {ns}}}\nspec: {{cluster: gap, type: Failover, failover: {{shard: 0}}}}\n");
+            let (ok, out) = kubectl(env, &["apply", "-f", "-"], Some(&op));
+            assert!(ok, "{out}");
+            wait_until("failover succeeded", Duration::from_secs(60), || async {
+                let o = operations.get(&name).await.ok()?;
+                (o.status?.phase? == OperationPhase::Succeeded).then_some(())
+            })
+            .await;
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            coordinated.push(writer.take_gap().as_secs_f64() * 1000.0);
+            wait_settled(&clusters, "gap", 3, 6, Duration::from_secs(60)).await;
+
+            // Kill shard 1's master process and let Redis detect it.
+            let cluster = clusters.get("gap").await.unwrap();
+            let victim = masters(&cluster).into_iter().find(|p| p.starts_with("gap-shard-1")).unwrap();
+            writer.take_gap();
+            let acked_before = writer.acknowledged();
+            env.crash_container(&ns, &victim, "redis").await.unwrap();
+            wait_until("Redis failed the master over", Duration::from_secs(60), || async {
+                let c = clusters.get("gap").await.ok()?;
+                (!masters(&c).contains(&victim) && masters(&c).len() == 3).then_some(())
+            })
+            .await;
+            wait_until("writes flow again", Duration::from_secs(30), || async {
+                (writer.acknowledged() > acked_before + 200).then_some(())
+            })
+            .await;
+            detected.push(writer.take_gap().as_secs_f64() * 1000.0);
+            wait_settled(&clusters, "gap", 3, 6, Duration::from_secs(120)).await;
+            eprintln!("round {round}: RedisOperation gap {:.0} ms, kill-and-detect gap {:.0} ms", coordinated[round], detected[round]);
+        }
+        let record = writer.stop().await;
+
+        // Every Pod deleted at once, until Running, Ready and every key read back.
+        let pods: Api<Pod> = Api::namespaced(kube.clone(), &ns);
+        let started = Instant::now();
+        pods.delete_collection(&DeleteParams::default(), &ListParams::default().labels("slotkeeper.io/cluster=gap"))
+            .await
+            .unwrap();
+        wait_until("the cluster leaves Running", Duration::from_secs(60), || async {
+            let c = clusters.get("gap").await.ok()?;
+            (c.status?.phase != Some(slotkeeper_operator::api::Phase::Running)).then_some(())
+        })
+        .await;
+        let cluster = wait_settled(&clusters, "gap", 3, 6, Duration::from_secs(300)).await;
+        let ready = started.elapsed().as_secs_f64();
+        let mut client = ClusterClient::new(ips(&cluster), &password).await;
+        let lost = missing(&mut client, &seeds, 0).await.len() + missing(&mut client, &record.acknowledged, 1).await.len();
+        let with_data = started.elapsed().as_secs_f64();
+
+        println!("write gap, longest interval without an acknowledged write (median of {ROUNDS}):");
+        println!("  RedisOperation failover: {:.0} ms (rounds {coordinated:.0?})", median(coordinated.clone()));
+        println!("  master killed, Redis detects (cluster-node-timeout 5000 ms): {:.0} ms (rounds {detected:.0?})", median(detected.clone()));
+        println!("all Pods deleted → Running and Ready: {ready:.1}s; every key read back at {with_data:.1}s ({} keys checked, {lost} missing)", seeds.len() + record.acknowledged.len());
+        assert_eq!(lost, 0, "keys lost after every Pod was deleted");
+    });
+}
