@@ -124,7 +124,14 @@ async fn peer() -> Figures {
         (nodes.lines().filter(|l| l.contains("master") && !l.contains("handshake")).count() == 5).then_some(())
     })
     .await;
-    tokio::time::sleep(Duration::from_secs(2)).await; // gossip settles, as redis-cli's own check wants
+    // Every node, the new ones too, must see the whole slot map first.
+    for port in &ports {
+        wait_until("every peer node reports cluster_state ok", Duration::from_secs(60), || async {
+            let info = redis_cli(&["-p", &port.to_string(), "cluster", "info"]);
+            info.contains("cluster_state:ok").then_some(())
+        })
+        .await;
+    }
     let started = Instant::now();
     redis_cli(&["--cluster", "rebalance", &first[0], "--cluster-use-empty-masters"]);
     let seconds = started.elapsed().as_secs_f64();
@@ -184,10 +191,10 @@ async fn slotkeeper() -> Figures {
 fn main() {
     let runtime = tokio::runtime::Runtime::new().unwrap();
     runtime.block_on(async {
-        let ours = slotkeeper().await;
-        let theirs = peer().await;
         println!("reshard 3→5 masters with {KEYS} keys (6553 slots move):");
+        let ours = slotkeeper().await;
         println!("  {}", ours.show("slotkeeper"));
+        let theirs = peer().await;
         println!("  {}", theirs.show("redis-cli --cluster rebalance"));
         println!(
             "  speed-up: {:.1}x keys/s (target >= 5x)",
