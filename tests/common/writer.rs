@@ -217,6 +217,8 @@ impl ClusterClient {
 #[derive(Default)]
 pub struct Record {
     pub acknowledged: Vec<String>,
+    /// When each acknowledged key was acknowledged, in order.
+    pub acknowledged_at: Vec<Instant>,
     pub unacknowledged: usize,
     pub errors: usize,
     pub longest_gap: Duration,
@@ -283,6 +285,22 @@ impl Writer {
         self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
         let _ = self.task.await;
         Arc::try_unwrap(self.record).ok().expect("writer stopped").into_inner().unwrap()
+    }
+
+    /// The longest interval between acknowledgements of keys in `slots`
+    /// (one shard's), from `since` to now.
+    pub fn gap_within(&self, slots: &std::collections::BTreeSet<u16>, since: Instant) -> Duration {
+        let rec = self.record.lock().unwrap();
+        let mut last = since;
+        let mut longest = Duration::ZERO;
+        for (key, at) in rec.acknowledged.iter().zip(&rec.acknowledged_at) {
+            if *at < since || !slots.contains(&slot_of(key)) {
+                continue;
+            }
+            longest = longest.max(*at - last);
+            last = *at;
+        }
+        longest.max(Instant::now() - last)
     }
 
     pub fn snapshot(&self) -> Vec<String> {

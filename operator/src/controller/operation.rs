@@ -153,7 +153,12 @@ async fn decide_failover(
     status: &RedisOperationStatus,
     namespace: &str,
 ) -> Result<Outcome> {
-    let spec = operation.spec.failover.as_ref().expect("the CRD requires spec.failover for Failover");
+    // The CRD requires it; an older CRD without the rule must not crash us.
+    let Some(spec) = operation.spec.failover.as_ref() else {
+        return Ok(Outcome::Fail(
+            "spec.failover is required when spec.type is Failover (set spec.failover.shard)".into(),
+        ));
+    };
     let shard = spec.shard.max(0) as usize;
     if shard >= cluster.spec.masters.max(0) as usize {
         return Ok(Outcome::Fail(format!(
