@@ -60,7 +60,8 @@ pub async fn redis(ctx: &Context, key: &str, pods: &[PodFact], password: &str) -
     join_all(asks).await.into_iter().flatten().collect()
 }
 
-/// Marks Pods that did not answer and whose Node is not Ready. Only
+/// Marks Pods that did not answer and whose Node has not been Ready for
+/// [`NODE_LOST_AFTER`]. Only
 /// unanswered Pods cost a request: a healthy cluster reads no Node.
 pub async fn lost_nodes(ctx: &Context, pods: &mut [PodFact], answered: &BTreeMap<String, RedisFact>) {
     let nodes: Api<Node> = Api::all(ctx.client.clone());
@@ -69,7 +70,7 @@ pub async fn lost_nodes(ctx: &Context, pods: &mut [PodFact], answered: &BTreeMap
         let Some(node) = pod.node_name.clone() else { continue };
         if !verdicts.contains_key(&node) {
             let lost = match nodes.get_opt(&node).await {
-                Ok(Some(n)) => !node_ready(&n),
+                Ok(Some(n)) => !node_counts_as_up(&n),
                 Ok(None) => true,
                 Err(error) => {
                     tracing::debug!(%node, %error, "cannot read Node");
@@ -82,9 +83,20 @@ pub async fn lost_nodes(ctx: &Context, pods: &mut [PodFact], answered: &BTreeMap
     }
 }
 
-fn node_ready(node: &Node) -> bool {
+/// How long a Node must have been not Ready before its Pods are given up:
+/// a Node that flaps (a slow heartbeat) keeps them.
+const NODE_LOST_AFTER: std::time::Duration = std::time::Duration::from_secs(20);
+
+fn node_counts_as_up(node: &Node) -> bool {
     let conditions = node.status.as_ref().and_then(|s| s.conditions.as_ref());
-    conditions.is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+    let Some(ready) = conditions.and_then(|c| c.iter().find(|c| c.type_ == "Ready")) else { return false };
+    if ready.status == "True" {
+        return true;
+    }
+    let since = ready.last_transition_time.as_ref().map(|t| t.0);
+    since.is_some_and(|t| {
+        k8s_openapi::jiff::Timestamp::now().duration_since(t).as_secs_f64() < NODE_LOST_AFTER.as_secs_f64()
+    })
 }
 
 async fn ask(ctx: &Context, key: &str, ip: &str, password: &str) -> Result<RedisFact> {
