@@ -91,23 +91,43 @@ async fn the_cluster_heals_from_crashes_deletions_lost_nodes_and_freezes() {
     let seeds = client.seed("seed", 20_000).await;
     let writer = Writer::start(ips(&api, "sturdy").await, &password, "ack").await;
 
-    // 1. A master process crashes. The node agent restarts it at once, as a
-    //    kubelet does; if it is back within cluster-node-timeout Redis keeps
-    //    it as master (its AOF survives a process crash in the page cache),
-    //    otherwise Redis promotes the replica and it returns as a replica.
-    //    Either way nothing acknowledged is lost. (The promote-and-rejoin
-    //    path is forced in step 5 by freezing a master.)
+    // 1. A master process crashes. A single crash is restarted at once (as a
+    //    kubelet does) and is back before cluster-node-timeout, so Redis keeps
+    //    it as master; it crash-loops here until the node agent's back-off
+    //    keeps it down long enough for Redis to promote its replica. It then
+    //    comes back as a replica of the promoted node.
     let victim = master_pods(&cluster)[0].clone();
     let restarts = |p: Pod| p.status.and_then(|s| s.container_statuses).map_or(0, |c| c[0].restart_count);
-    let before = restarts(pods.get(&victim).await.unwrap());
-    env.crash_container(&ns, &victim, "redis").await.unwrap();
-    wait_until("the crashed container restarted", Duration::from_secs(60), || async {
-        (restarts(pods.get(&victim).await.ok()?) > before).then_some(())
-    })
-    .await;
-    let cluster = wait_settled(&api, "sturdy", 3, 6, Duration::from_secs(120)).await;
+    let mut phases = Vec::new();
+    for crash in 0..6 {
+        let before = restarts(pods.get(&victim).await.unwrap());
+        env.crash_container(&ns, &victim, "redis").await.unwrap();
+        let promoted = wait_until("the crashed master restarted or failed over", Duration::from_secs(90), || async {
+            let c = api.get("sturdy").await.ok()?;
+            let phase = c.status.as_ref()?.phase?;
+            let promoted = !master_pods(&c).contains(&victim) && master_pods(&c).len() == 3;
+            let restarted = restarts(pods.get(&victim).await.ok()?) > before;
+            (promoted || restarted).then_some((promoted, phase))
+        })
+        .await;
+        phases.push(promoted.1);
+        eprintln!("master crash {crash}: promoted={}", promoted.0);
+        if promoted.0 {
+            break;
+        }
+        // Crash it again as soon as it is up.
+        wait_until("the master is up again", Duration::from_secs(60), || async {
+            let p = pods.get(&victim).await.ok()?;
+            let ready = p.status?.container_statuses?.first()?.ready;
+            ready.then_some(())
+        })
+        .await;
+    }
+    let (seen, cluster) = recovers(&api, "sturdy", "master crash").await;
+    phases.extend(seen);
+    assert!(phases.contains(&Phase::Recovering), "master crash: {phases:?}");
     let role = cluster.status.as_ref().unwrap().nodes.iter().find(|n| n.pod == victim).unwrap().role.clone();
-    eprintln!("master crash: {victim} is back as {role:?}");
+    assert_eq!(role.as_deref(), Some("replica"), "the restarted {victim} is attached as a replica");
     verify(&mut client, &seeds, &writer, &password, &cluster, "master crash").await;
 
     // 2. A master Pod is deleted: the replacement rejoins with its node id (persistent storage).

@@ -7,7 +7,7 @@ use k8s_openapi::jiff::Timestamp;
 use crate::api::names::*;
 use crate::api::{NodeStatus, Phase, RedisCluster, RedisClusterStatus, ReshardStatus, StepStatus};
 use crate::plan::{Action, Observed};
-use crate::redis::topology::{SLOTS, expand};
+use crate::redis::topology::{SLOTS, count};
 
 /// The status for this observation; `step_done` says whether the action
 /// (begun at `step_started`) succeeded. `now` stamps conditions that changed.
@@ -44,7 +44,7 @@ pub fn build_status(
     let myselves: Vec<_> = observed.redis.values().filter_map(|f| f.myself()).collect();
     let ready_masters = myselves.iter().filter(|n| n.master && !n.slots.is_empty()).count() as i32;
     let ready_replicas = myselves.iter().filter(|n| !n.master && n.master_id.is_some()).count() as i32;
-    let slots_assigned = myselves.iter().map(|n| expand(&n.slots).len()).sum::<usize>().min(SLOTS as usize) as i32;
+    let slots_assigned = myselves.iter().map(|n| count(&n.slots)).sum::<usize>().min(SLOTS as usize) as i32;
     let states: Vec<&str> = observed.redis.values().map(|f| f.cluster_state.as_str()).collect();
     let cluster_state = if states.is_empty() {
         None

@@ -24,21 +24,22 @@ pub fn targets(staying: usize) -> Vec<usize> {
     (0..staying).map(|i| total / staying + usize::from(i < total % staying)).collect()
 }
 
-/// Whether `owned` (slots per shard) is off the even share of `staying`
+/// Whether `counts` (slots per shard) are off the even share of `staying`
 /// masters by more than 1% anywhere, or a leaving shard still owns slots.
-pub fn needs_balancing(owned: &BTreeMap<usize, BTreeSet<u16>>, staying: usize) -> bool {
+pub fn needs_balancing(counts: &BTreeMap<usize, usize>, staying: usize) -> bool {
     let share = SLOTS as f64 / staying as f64;
-    owned.iter().any(|(&shard, slots)| {
+    counts.iter().any(|(&shard, &n)| {
         if shard >= staying {
-            return !slots.is_empty();
+            return n > 0;
         }
-        (slots.len() as f64 - share).abs() > share * 0.01
-    }) || (0..staying).any(|shard| !owned.contains_key(&shard))
+        (n as f64 - share).abs() > share * 0.01
+    }) || (0..staying).any(|shard| !counts.contains_key(&shard))
 }
 
 /// Every move needed to reach the targets; empty when already balanced.
 pub fn moves(owned: &BTreeMap<usize, BTreeSet<u16>>, staying: usize) -> Vec<Move> {
-    if staying == 0 || !needs_balancing(owned, staying) {
+    let counts: BTreeMap<usize, usize> = owned.iter().map(|(&shard, slots)| (shard, slots.len())).collect();
+    if staying == 0 || !needs_balancing(&counts, staying) {
         return Vec::new();
     }
     let targets = targets(staying);

@@ -26,7 +26,7 @@ pub mod moves;
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::redis::migrate::SlotTransfer;
-use crate::redis::topology::{ClusterNode, SLOTS, SlotRange, expand, shard_range, to_ranges};
+use crate::redis::topology::{ClusterNode, SLOTS, SlotMap, SlotRange, shard_range, to_ranges};
 pub use balance::targets;
 
 /// A Pod of the cluster as Kubernetes reports it.
@@ -229,13 +229,13 @@ pub fn plan(observed: &Observed) -> Action {
     // them. While masters are still alone this is the bootstrap assignment,
     // done before MEET so fresh masters skip Redis's rejoin delay.
     let masters = shard_masters(observed, &reachable);
-    let owned: BTreeSet<u16> =
-        observed.redis.values().flat_map(|f| f.nodes.iter()).flat_map(|n| expand(&n.slots)).collect();
-    if owned.len() < SLOTS as usize {
+    let owned = SlotMap::of(observed.redis.values().flat_map(|f| f.nodes.iter()).flat_map(|n| n.slots.iter()));
+    let owned_count = owned.len();
+    if owned_count < SLOTS as usize {
         for (&shard, master) in masters.range(..observed.shards) {
             let Some(master) = master else { continue };
             let target = shard_range(shard, observed.shards);
-            let missing: BTreeSet<u16> = (target.start..=target.end).filter(|s| !owned.contains(s)).collect();
+            let missing: BTreeSet<u16> = (target.start..=target.end).filter(|s| !owned.contains(*s)).collect();
             if !missing.is_empty() {
                 return Action::AddSlots { pod: master.name.clone(), shard, ranges: to_ranges(&missing) };
             }
@@ -319,8 +319,8 @@ pub fn plan(observed: &Observed) -> Action {
     if !departed.is_empty() {
         return Action::Wait(format!("{} departed node(s) not yet marked failed by the cluster", departed.len()));
     }
-    if owned.len() < SLOTS as usize {
-        return Action::Wait(format!("{} of {SLOTS} slots assigned", owned.len()));
+    if owned_count < SLOTS as usize {
+        return Action::Wait(format!("{owned_count} of {SLOTS} slots assigned"));
     }
     if let Some(p) = reachable.iter().find(|p| observed.redis[&p.name].cluster_state != "ok") {
         return Action::Wait(format!("{} reports cluster_state {}", p.name, observed.redis[&p.name].cluster_state));

@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use super::{Action, Batch, NodeRef, Observed, PodFact, SLOTS_PER_PAIR_PER_STEP, balance};
 use crate::redis::migrate::SlotTransfer;
-use crate::redis::topology::{Direction, expand};
+use crate::redis::topology::{Direction, count, expand};
 
 /// Headroom kept free in the staying masters' maxmemory after a scale-in.
 const SCALE_IN_FILL_LIMIT: f64 = 0.9;
@@ -93,26 +93,32 @@ fn other_masters(observed: &Observed, reachable: &[&PodFact], batches: &[Batch])
 
 /// The next batch of slots towards the even share over the staying masters.
 pub fn rebalance(observed: &Observed, masters: &BTreeMap<usize, Option<&PodFact>>) -> Option<Action> {
-    let mut owned: BTreeMap<usize, BTreeSet<u16>> = BTreeMap::new();
+    // Slot counts first: the sets are built only when something must move.
+    let mut ranges: BTreeMap<usize, &[crate::redis::topology::SlotRange]> = BTreeMap::new();
     let mut by_shard: BTreeMap<usize, &PodFact> = BTreeMap::new();
     for (&shard, master) in masters {
         match *master {
             Some(master) => {
                 let me = observed.redis[&master.name].myself()?;
-                owned.insert(shard, if me.master { expand(&me.slots) } else { BTreeSet::new() });
+                ranges.insert(shard, if me.master { &me.slots } else { &[] });
                 by_shard.insert(shard, master);
             }
             // A drained leaving shard whose nodes now follow other masters.
             None if shard >= observed.shards => {
-                owned.insert(shard, BTreeSet::new());
+                ranges.insert(shard, &[]);
             }
             None => return None,
         }
     }
+    let counts: BTreeMap<usize, usize> = ranges.iter().map(|(&shard, r)| (shard, count(r))).collect();
+    if !balance::needs_balancing(&counts, observed.shards) {
+        return None;
+    }
+    let owned = || -> BTreeMap<usize, BTreeSet<u16>> { ranges.iter().map(|(&shard, r)| (shard, expand(r))).collect() };
     if (0..observed.shards).any(|s| !by_shard.contains_key(&s)) {
         return None;
     }
-    let moves = balance::moves(&owned, observed.shards);
+    let moves = balance::moves(&owned(), observed.shards);
     if moves.is_empty() {
         return None;
     }

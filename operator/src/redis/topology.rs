@@ -147,6 +147,38 @@ pub fn to_ranges(slots: &BTreeSet<u16>) -> Vec<SlotRange> {
     ranges
 }
 
+/// How many slots `ranges` cover (ranges of one node never overlap).
+pub fn count(ranges: &[SlotRange]) -> usize {
+    ranges.iter().map(|r| usize::from(r.end - r.start) + 1).sum()
+}
+
+/// Which of the 16384 slots are marked: a flat bitmap, so the union of every
+/// node's view is a few thousand range fills, not tens of thousands of
+/// ordered-set inserts on each reconcile.
+pub struct SlotMap(Vec<bool>);
+
+impl SlotMap {
+    pub fn of<'a>(ranges: impl IntoIterator<Item = &'a SlotRange>) -> Self {
+        let mut marked = vec![false; SLOTS as usize];
+        for r in ranges {
+            marked[usize::from(r.start)..=usize::from(r.end.min(SLOTS - 1))].fill(true);
+        }
+        Self(marked)
+    }
+
+    pub fn contains(&self, slot: u16) -> bool {
+        self.0.get(usize::from(slot)).copied().unwrap_or(false)
+    }
+
+    pub fn len(&self) -> usize {
+        self.0.iter().filter(|m| **m).count()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
 pub fn expand(ranges: &[SlotRange]) -> BTreeSet<u16> {
     ranges.iter().flat_map(|r| r.start..=r.end).collect()
 }
@@ -181,6 +213,17 @@ mod tests {
         assert!(nodes[2].failing() && !nodes[2].connected && nodes[2].ip.is_empty());
         assert_eq!(nodes[2].slots.len(), 2);
         assert!(nodes[3].in_handshake());
+    }
+
+    #[test]
+    fn slot_maps_union_overlapping_views_and_count_once() {
+        let a = [SlotRange { start: 0, end: 99 }, SlotRange { start: 200, end: 200 }];
+        let b = [SlotRange { start: 50, end: 149 }, SlotRange { start: 16383, end: 16383 }];
+        let map = SlotMap::of(a.iter().chain(&b));
+        assert_eq!(map.len(), 150 + 1 + 1);
+        assert!(map.contains(0) && map.contains(149) && map.contains(200) && map.contains(16383));
+        assert!(!map.contains(150) && !map.contains(199));
+        assert_eq!(count(&a), 101);
     }
 
     #[test]
