@@ -168,6 +168,16 @@ async fn the_cluster_heals_from_crashes_deletions_lost_nodes_and_freezes() {
 
     // 5. A frozen master is failed over and rejoins as a replica once thawed.
     let victim = master_pods(&cluster)[0].clone();
+    // Its replica must be in sync (not still loading after step 4) to be elected.
+    let victim_ip =
+        cluster.status.as_ref().unwrap().nodes.iter().find(|n| n.pod == victim).unwrap().ip.clone().unwrap();
+    wait_until("the frozen master's replica in sync", Duration::from_secs(60), || async {
+        let url = format!("redis://:{password}@{victim_ip}:6379/");
+        let mut c = redis::Client::open(url).ok()?.get_multiplexed_async_connection().await.ok()?;
+        let info: String = redis::cmd("INFO").arg("replication").query_async(&mut c).await.ok()?;
+        info.lines().any(|l| l.starts_with("slave0:") && l.contains("state=online")).then_some(())
+    })
+    .await;
     env.freeze_pod(&ns, &victim).await.unwrap();
     wait_until("the frozen master failed over", Duration::from_secs(60), || async {
         let c = api.get("sturdy").await.ok()?;

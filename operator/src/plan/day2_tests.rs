@@ -203,3 +203,20 @@ fn a_pod_on_a_lost_node_is_replaced_only_when_it_does_not_answer() {
     o.pods.iter_mut().find(|p| p.name == "c-shard-1-0").unwrap().node_lost = false;
     assert!(matches!(plan(&o), Action::Wait(_)), "{:?}", plan(&o));
 }
+
+#[test]
+fn a_node_holding_an_old_address_is_told_the_new_one_and_nothing_converges_before() {
+    let mut o = healthy(3, 1);
+    // c-shard-2-1 came back with its peers' old addresses, marked failing.
+    for n in o.redis.get_mut("c-shard-2-1").unwrap().nodes.iter_mut().filter(|n| n.id == "id-c-shard-0-0") {
+        n.ip = "old-address".into();
+        n.flags.push("fail?".into());
+    }
+    let action = plan(&o);
+    assert_eq!(action, Action::Meet { via: "c-shard-2-1".into(), targets: vec!["ip-c-shard-0-0".into()] });
+    // Address learnt, failure flag not yet cleared: still not converged.
+    for n in o.redis.get_mut("c-shard-2-1").unwrap().nodes.iter_mut().filter(|n| n.id == "id-c-shard-0-0") {
+        n.ip = "ip-c-shard-0-0".into();
+    }
+    assert!(matches!(plan(&o), Action::Wait(ref m) if m.contains("failing")), "{:?}", plan(&o));
+}

@@ -265,6 +265,23 @@ pub fn plan(observed: &Observed) -> Action {
     if !strangers.is_empty() {
         return Action::Meet { via: seed.name.clone(), targets: strangers };
     }
+    // Every node must reach every member at its current address: one that
+    // still holds an old address (its peers were all recreated) and has no
+    // live link to learn the new one from is told it directly.
+    for pod in &reachable {
+        let fact = &observed.redis[&pod.name];
+        let stale: Vec<String> = reachable
+            .iter()
+            .filter(|other| other.name != pod.name)
+            .filter_map(|other| {
+                let (id, ip) = (observed.id_of(&other.name)?, other.ip.as_ref()?);
+                fact.nodes.iter().find(|n| n.id == id).is_some_and(|n| &n.ip != ip).then(|| ip.clone())
+            })
+            .collect();
+        if !stale.is_empty() {
+            return Action::Meet { via: pod.name.clone(), targets: stale };
+        }
+    }
 
     if let Some(action) = moves::repair_open_slots(observed, &reachable) {
         return action;
@@ -321,6 +338,14 @@ pub fn plan(observed: &Observed) -> Action {
     }
     if owned_count < SLOTS as usize {
         return Action::Wait(format!("{owned_count} of {SLOTS} slots assigned"));
+    }
+    // A node that still marks a member failing has not heard from it yet:
+    // its `cluster_state` may say ok while it is cut off from its peers.
+    for pod in &reachable {
+        let fact = &observed.redis[&pod.name];
+        if let Some(n) = fact.nodes.iter().find(|n| all_ids.contains(n.id.as_str()) && !n.myself && n.failing()) {
+            return Action::Wait(format!("{} still sees node {} as failing", pod.name, n.id));
+        }
     }
     if let Some(p) = reachable.iter().find(|p| observed.redis[&p.name].cluster_state != "ok") {
         return Action::Wait(format!("{} reports cluster_state {}", p.name, observed.redis[&p.name].cluster_state));
