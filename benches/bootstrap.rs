@@ -31,13 +31,6 @@ async fn cluster_ok(port: u16) -> bool {
     info.contains("cluster_state:ok") && info.contains("cluster_slots_assigned:16384")
 }
 
-/// Ports whose cluster-bus port (port + 10000) is free too.
-fn free_cluster_ports(count: usize) -> Vec<u16> {
-    let free = |p: u16| std::net::TcpListener::bind(("127.0.0.1", p)).is_ok();
-    let start = 20000 + (std::process::id() % 10000) as u16;
-    (start..start + 5000).filter(|p| free(*p) && free(p + 10000)).take(count).collect()
-}
-
 /// The floor: fresh processes, `redis-cli --cluster create`, all nodes ok.
 async fn floor_once(round: usize) -> f64 {
     let dir = tempfile::tempdir().unwrap();

@@ -28,27 +28,6 @@ use slotkeeper_operator::api::{OperationPhase, RedisCluster, RedisOperation};
 
 const ROUNDS: usize = 3;
 
-fn masters(cluster: &RedisCluster) -> Vec<String> {
-    let nodes = &cluster.status.as_ref().unwrap().nodes;
-    nodes.iter().filter(|n| n.role.as_deref() == Some("master")).map(|n| n.pod.clone()).collect()
-}
-
-fn ips(cluster: &RedisCluster) -> Vec<String> {
-    cluster.status.as_ref().unwrap().nodes.iter().filter_map(|n| n.ip.clone()).collect()
-}
-
-/// The slots of the master on `pod`, from status.
-fn slots_of(cluster: &RedisCluster, pod: &str) -> std::collections::BTreeSet<u16> {
-    let node = cluster.status.as_ref().unwrap().nodes.iter().find(|n| n.pod == pod).unwrap();
-    node.slots
-        .iter()
-        .flat_map(|r| {
-            let (a, b) = r.split_once('-').unwrap_or((r, r));
-            a.parse::<u16>().unwrap()..=b.parse::<u16>().unwrap()
-        })
-        .collect()
-}
-
 fn median(mut values: Vec<f64>) -> f64 {
     values.sort_by(f64::total_cmp);
     values[values.len() / 2]
@@ -70,9 +49,9 @@ fn main() {
         assert!(ok, "{out}");
         let cluster = wait_settled(&clusters, "gap", 3, 9, Duration::from_secs(180)).await;
         let password = password(&kube, &ns, "gap").await;
-        let mut client = ClusterClient::new(ips(&cluster), &password).await;
+        let mut client = ClusterClient::new(node_ips(&cluster), &password).await;
         let seeds = client.seed("seed", 20_000).await;
-        let writer = Writer::start(ips(&cluster), &password, "ack").await;
+        let writer = Writer::start(node_ips(&cluster), &password, "ack").await;
         tokio::time::sleep(Duration::from_secs(2)).await;
 
         let (mut coordinated, mut detected): (Vec<f64>, Vec<f64>) = (Vec::new(), Vec::new());
@@ -80,8 +59,8 @@ fn main() {
             // A RedisOperation failover of shard 0: the longest interval
             // without an acknowledged write to shard 0's keys.
             let cluster = clusters.get("gap").await.unwrap();
-            let master = masters(&cluster).into_iter().find(|p| p.starts_with("gap-shard-0")).unwrap();
-            let slots = slots_of(&cluster, &master);
+            let master = master_pods(&cluster).into_iter().find(|p| p.starts_with("gap-shard-0")).unwrap();
+            let slots = slots_in(&cluster.status.as_ref().unwrap().nodes.iter().find(|n| n.pod == master).unwrap().slots);
             let since = Instant::now();
             let name = format!("gap-{round}");
             let op = format!("apiVersion: slotkeeper.io/v1alpha1\nkind: RedisOperation\nmetadata: {{name: {name}, namespace: {ns}}}\nspec: {{cluster: gap, type: Failover, failover: {{shard: 0}}}}\n");
@@ -98,13 +77,13 @@ fn main() {
 
             // Shard 1's master goes silent; Redis detects it and fails it over.
             let cluster = clusters.get("gap").await.unwrap();
-            let victim = masters(&cluster).into_iter().find(|p| p.starts_with("gap-shard-1")).unwrap();
-            let slots = slots_of(&cluster, &victim);
+            let victim = master_pods(&cluster).into_iter().find(|p| p.starts_with("gap-shard-1")).unwrap();
+            let slots = slots_in(&cluster.status.as_ref().unwrap().nodes.iter().find(|n| n.pod == victim).unwrap().slots);
             let since = Instant::now();
             env.freeze_pod(&ns, &victim).await.unwrap();
             wait_until("Redis failed the master over", Duration::from_secs(60), || async {
                 let c = clusters.get("gap").await.ok()?;
-                (!masters(&c).contains(&victim) && masters(&c).len() == 3).then_some(())
+                (!master_pods(&c).contains(&victim) && master_pods(&c).len() == 3).then_some(())
             })
             .await;
             tokio::time::sleep(Duration::from_secs(2)).await;
@@ -130,7 +109,7 @@ fn main() {
         let ready = started.elapsed().as_secs_f64();
         // Keys may be briefly unreadable (a node still loading its AOF): a
         // key counts as lost only if it is still missing 20 s later.
-        let mut client = ClusterClient::new(ips(&cluster), &password).await;
+        let mut client = ClusterClient::new(node_ips(&cluster), &password).await;
         let mut unread = missing(&mut client, &seeds, 0).await;
         unread.extend(missing(&mut client, &record.acknowledged, 1).await);
         let mut with_data = started.elapsed().as_secs_f64();

@@ -56,12 +56,6 @@ async fn held_by(addresses: &[String], password: &str) -> (u64, u64) {
     (keys, keys * 16)
 }
 
-fn free_cluster_ports(count: usize) -> Vec<u16> {
-    let free = |p: u16| std::net::TcpListener::bind(("127.0.0.1", p)).is_ok();
-    let start = 30000 + (std::process::id() % 5000) as u16;
-    (start..start + 5000).filter(|p| free(*p) && free(p + 10000)).take(count).collect()
-}
-
 fn redis_cli(args: &[&str]) -> String {
     let out = std::process::Command::new("redis-cli")
         .args(["-a", PASSWORD, "--no-auth-warning"])

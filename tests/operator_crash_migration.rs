@@ -16,18 +16,6 @@ use slotkeeper_operator::failpoint;
 
 const SEED_KEYS: usize = 100_000;
 
-fn node_ips(cluster: &RedisCluster) -> Vec<String> {
-    cluster.status.as_ref().unwrap().nodes.iter().filter_map(|n| n.ip.clone()).collect()
-}
-
-fn apply(env: &slotkeeper_env::Environment, ns: &str, name: &str, masters: i32, replicas: i32) {
-    let manifest = format!(
-        "apiVersion: slotkeeper.io/v1alpha1\nkind: RedisCluster\nmetadata: {{name: {name}, namespace: {ns}}}\nspec: {{masters: {masters}, replicasPerMaster: {replicas}, version: 7.0.15}}\n"
-    );
-    let (ok, out) = kubectl(env, &["apply", "-f", "-"], Some(&manifest));
-    assert!(ok, "{out}");
-}
-
 #[tokio::test]
 async fn operator_killed_mid_migration_resumes_and_repairs_open_slots() {
     let env = shared_env();
@@ -35,13 +23,13 @@ async fn operator_killed_mid_migration_resumes_and_repairs_open_slots() {
     let ns = namespace(&kube, "day2-crash").await;
     let api: Api<RedisCluster> = Api::namespaced(kube.clone(), &ns);
     let mut crashing = start_operator_with(env, "migration-crash", &[(failpoint::ENV, failpoint::MID_MIGRATION)]);
-    apply(env, &ns, "phoenix", 3, 1);
+    apply_cluster(env, &ns, "phoenix", 3, 1);
     let cluster = wait_settled(&api, "phoenix", 3, 6, Duration::from_secs(180)).await;
     let password = password(&kube, &ns, "phoenix").await;
     let mut client = ClusterClient::new(node_ips(&cluster), &password).await;
     let seeds = client.seed("seed", SEED_KEYS).await;
 
-    apply(env, &ns, "phoenix", 4, 1);
+    apply_cluster(env, &ns, "phoenix", 4, 1);
     let exit = wait_until("the operator to crash mid-migration", Duration::from_secs(180), || {
         let status = crashing.process.exit_status();
         async move { status }

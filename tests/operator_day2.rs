@@ -10,24 +10,9 @@ use common::operator::*;
 use common::writer::{ClusterClient, Writer, missing};
 use common::*;
 use kube::Api;
-use slotkeeper_env::Environment;
 use slotkeeper_operator::api::RedisCluster;
 
 const SEED_KEYS: usize = 100_000;
-
-fn node_ips(cluster: &RedisCluster) -> Vec<String> {
-    cluster.status.as_ref().unwrap().nodes.iter().filter_map(|n| n.ip.clone()).collect()
-}
-
-fn slot_count(ranges: &[String]) -> usize {
-    ranges
-        .iter()
-        .map(|r| match r.split_once('-') {
-            Some((a, b)) => b.parse::<usize>().unwrap() - a.parse::<usize>().unwrap() + 1,
-            None => 1,
-        })
-        .sum()
-}
 
 /// Status agrees with Redis and `redis-cli --cluster check` is clean; the
 /// masters are within 1% of the even share.
@@ -44,7 +29,7 @@ fn assert_clean(cluster: &RedisCluster, password: &str, masters: usize, step: &s
     );
     let share = 16384.0 / masters as f64;
     let owners: Vec<usize> =
-        status.nodes.iter().filter(|n| n.role.as_deref() == Some("master")).map(|n| slot_count(&n.slots)).collect();
+        status.nodes.iter().filter(|n| n.role.as_deref() == Some("master")).map(|n| slots_in(&n.slots).len()).collect();
     assert_eq!(owners.len(), masters, "{step}: masters in status");
     for count in owners {
         assert!((count as f64 - share).abs() <= share * 0.01 + 1.0, "{step}: {count} slots vs share {share:.0}");
@@ -61,14 +46,6 @@ async fn verify(client: &mut ClusterClient, seeds: &[String], writer: &Writer, s
     eprintln!("{step}: {} seeded and {} acknowledged keys all read back", seeds.len(), acknowledged.len());
 }
 
-fn apply(env: &Environment, ns: &str, name: &str, masters: i32, replicas: i32) {
-    let manifest = format!(
-        "apiVersion: slotkeeper.io/v1alpha1\nkind: RedisCluster\nmetadata: {{name: {name}, namespace: {ns}}}\nspec: {{masters: {masters}, replicasPerMaster: {replicas}, version: 7.0.15}}\n"
-    );
-    let (ok, out) = kubectl(env, &["apply", "-f", "-"], Some(&manifest));
-    assert!(ok, "{out}");
-}
-
 #[tokio::test]
 async fn scaling_shards_and_replicas_keeps_every_acknowledged_write() {
     let env = shared_env();
@@ -76,7 +53,7 @@ async fn scaling_shards_and_replicas_keeps_every_acknowledged_write() {
     let kube = env.client().await.unwrap();
     let ns = namespace(&kube, "day2-scale").await;
     let api: Api<RedisCluster> = Api::namespaced(kube.clone(), &ns);
-    apply(env, &ns, "elastic", 3, 1);
+    apply_cluster(env, &ns, "elastic", 3, 1);
     let cluster = wait_settled(&api, "elastic", 3, 6, Duration::from_secs(180)).await;
     let password = password(&kube, &ns, "elastic").await;
     let mut client = ClusterClient::new(node_ips(&cluster), &password).await;
@@ -91,7 +68,7 @@ async fn scaling_shards_and_replicas_keeps_every_acknowledged_write() {
     verify(&mut client, &seeds, &writer, "scale out 3→5").await;
 
     seeds.extend(client.seed("seed-b", SEED_KEYS).await);
-    apply(env, &ns, "elastic", 3, 1);
+    apply_cluster(env, &ns, "elastic", 3, 1);
     let cluster = wait_settled(&api, "elastic", 3, 6, Duration::from_secs(300)).await;
     assert_clean(&cluster, &password, 3, "scale in 5→3");
     verify(&mut client, &seeds, &writer, "scale in 5→3").await;
@@ -107,7 +84,7 @@ async fn scaling_shards_and_replicas_keeps_every_acknowledged_write() {
         .map(|n| (n.node_id.unwrap(), n.slots))
         .collect();
     for replicas in [2, 0, 1] {
-        apply(env, &ns, "elastic", 3, replicas);
+        apply_cluster(env, &ns, "elastic", 3, replicas);
         let pods = 3 * (replicas as usize + 1);
         let cluster = wait_settled(&api, "elastic", 3, pods, Duration::from_secs(240)).await;
         let step = format!("replicasPerMaster → {replicas}");

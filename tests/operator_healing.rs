@@ -16,16 +16,6 @@ use kube::Api;
 use kube::api::{DeleteParams, ListParams};
 use slotkeeper_operator::api::{Phase, RedisCluster};
 
-fn master_pods(cluster: &RedisCluster) -> Vec<String> {
-    let nodes = &cluster.status.as_ref().unwrap().nodes;
-    nodes.iter().filter(|n| n.role.as_deref() == Some("master")).map(|n| n.pod.clone()).collect()
-}
-
-async fn ips(api: &Api<RedisCluster>, name: &str) -> Vec<String> {
-    let c = api.get(name).await.unwrap();
-    c.status.unwrap().nodes.iter().filter_map(|n| n.ip.clone()).collect()
-}
-
 /// Waits until the cluster left Running (it noticed), then until it is
 /// settled again; returns the phases seen.
 async fn recovers(api: &Api<RedisCluster>, name: &str, step: &str) -> (Vec<Phase>, RedisCluster) {
@@ -87,9 +77,9 @@ async fn the_cluster_heals_from_crashes_deletions_lost_nodes_and_freezes() {
     assert!(ok, "{out}");
     let cluster = wait_settled(&api, "sturdy", 3, 6, Duration::from_secs(180)).await;
     let password = password(&kube, &ns, "sturdy").await;
-    let mut client = ClusterClient::new(ips(&api, "sturdy").await, &password).await;
+    let mut client = ClusterClient::new(node_ips(&api.get("sturdy").await.unwrap()), &password).await;
     let seeds = client.seed("seed", 20_000).await;
-    let writer = Writer::start(ips(&api, "sturdy").await, &password, "ack").await;
+    let writer = Writer::start(node_ips(&api.get("sturdy").await.unwrap()), &password, "ack").await;
 
     // 1. A master process crashes. A single crash is restarted at once (as a
     //    kubelet does) and is back before cluster-node-timeout, so Redis keeps
@@ -141,14 +131,14 @@ async fn the_cluster_heals_from_crashes_deletions_lost_nodes_and_freezes() {
 
     // 3. Every Pod deleted at once: all addresses change; the cluster re-forms
     //    from the volumes without manual steps.
-    let before: Vec<String> = ips(&api, "sturdy").await;
+    let before: Vec<String> = node_ips(&api.get("sturdy").await.unwrap());
     let started = Instant::now();
     pods.delete_collection(&DeleteParams::default(), &ListParams::default().labels("slotkeeper.io/cluster=sturdy"))
         .await
         .unwrap();
     let (_, cluster) = recovers(&api, "sturdy", "all Pods deleted").await;
     eprintln!("all Pods deleted → Running and Ready in {:.1}s", started.elapsed().as_secs_f64());
-    let after: Vec<String> = ips(&api, "sturdy").await;
+    let after: Vec<String> = node_ips(&api.get("sturdy").await.unwrap());
     assert!(after.iter().all(|ip| !before.contains(ip)), "every address changed: {before:?} → {after:?}");
     // Clients find the cluster again at its new addresses (as a Service would give them).
     writer.reseed(after.clone());

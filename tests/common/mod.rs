@@ -104,6 +104,14 @@ pub async fn redis_version(connection: &mut redis::aio::MultiplexedConnection) -
 }
 
 /// Runs the real `kubectl` against the environment; returns (success, stdout + stderr).
+/// Loopback ports whose cluster-bus port (port + 10000) is free too, for
+/// plain redis-server processes beside the environment.
+pub fn free_cluster_ports(count: usize) -> Vec<u16> {
+    let free = |p: u16| std::net::TcpListener::bind(("127.0.0.1", p)).is_ok();
+    let start = 20000 + (std::process::id() % 10000) as u16;
+    (start..start + 5000).filter(|p| free(*p) && free(p + 10000)).take(count).collect()
+}
+
 pub fn kubectl(env: &Environment, args: &[&str], stdin: Option<&str>) -> (bool, String) {
     env.kubectl(args, stdin)
 }

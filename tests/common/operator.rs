@@ -101,6 +101,37 @@ pub async fn wait_settled(
     .await
 }
 
+/// The addresses of every Redis node in status.
+pub fn node_ips(cluster: &RedisCluster) -> Vec<String> {
+    cluster.status.as_ref().unwrap().nodes.iter().filter_map(|n| n.ip.clone()).collect()
+}
+
+/// The Pods status reports as masters.
+pub fn master_pods(cluster: &RedisCluster) -> Vec<String> {
+    let nodes = &cluster.status.as_ref().unwrap().nodes;
+    nodes.iter().filter(|n| n.role.as_deref() == Some("master")).map(|n| n.pod.clone()).collect()
+}
+
+/// The slots of status-style ranges (`0-5460`, `7`).
+pub fn slots_in(ranges: &[String]) -> std::collections::BTreeSet<u16> {
+    ranges
+        .iter()
+        .flat_map(|r| {
+            let (a, b) = r.split_once('-').unwrap_or((r, r));
+            a.parse::<u16>().unwrap()..=b.parse::<u16>().unwrap()
+        })
+        .collect()
+}
+
+/// Applies a 7.0.15 RedisCluster with these counts.
+pub fn apply_cluster(env: &Environment, ns: &str, name: &str, masters: i32, replicas: i32) {
+    let manifest = format!(
+        "apiVersion: slotkeeper.io/v1alpha1\nkind: RedisCluster\nmetadata: {{name: {name}, namespace: {ns}}}\nspec: {{masters: {masters}, replicasPerMaster: {replicas}, version: 7.0.15}}\n"
+    );
+    let (ok, out) = kubectl(env, &["apply", "-f", "-"], Some(&manifest));
+    assert!(ok, "{out}");
+}
+
 pub async fn password(client: &kube::Client, ns: &str, name: &str) -> String {
     let secret = Api::<Secret>::namespaced(client.clone(), ns).get(&format!("{name}-password")).await.unwrap();
     String::from_utf8(secret.data.unwrap()["password"].0.clone()).unwrap()

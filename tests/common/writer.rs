@@ -277,10 +277,6 @@ impl Writer {
         std::mem::take(&mut self.record.lock().unwrap().longest_gap)
     }
 
-    pub fn acknowledged(&self) -> usize {
-        self.record.lock().unwrap().acknowledged.len()
-    }
-
     pub async fn stop(self) -> Record {
         self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
         let _ = self.task.await;

@@ -72,12 +72,4 @@ impl Pool {
     pub fn forget_cluster(&self, cluster: &str) {
         self.clusters.lock().expect("pool lock").remove(cluster);
     }
-
-    pub fn len(&self) -> usize {
-        self.clusters.lock().expect("pool lock").values().map(HashMap::len).sum()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
 }
