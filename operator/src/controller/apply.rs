@@ -1,34 +1,145 @@
 //! Writes owned objects, and only those whose desired content changed: the
 //! content hash in an annotation is compared with the watch cache, so a
-//! steady-state reconcile makes no request at all.
+//! steady-state reconcile makes no request at all. The desired objects
+//! themselves are rebuilt only when their inputs change, so it costs next to
+//! no CPU either.
+
+use std::collections::{BTreeMap, HashMap};
+use std::hash::{DefaultHasher, Hash as _, Hasher as _};
+use std::sync::Mutex;
 
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams};
 use serde_json::Value;
 
 use super::Context;
+use super::cache::Caches;
 use crate::api::RedisCluster;
 use crate::api::names::FIELD_MANAGER;
 use crate::error::{Error, Result};
 use crate::resources;
 
-/// Applies `object` if it is missing or its hash differs; returns whether it wrote.
-pub async fn apply_if_changed(ctx: &Context, namespace: &str, object: Value) -> Result<bool> {
-    let (object, hash) = resources::with_hash(object);
-    let (group, version) = match object["apiVersion"].as_str().unwrap_or_default().split_once('/') {
-        Some((g, v)) => (g.to_owned(), v.to_owned()),
-        None => (String::new(), object["apiVersion"].as_str().unwrap_or_default().to_owned()),
-    };
-    let kind = object["kind"].as_str().unwrap_or_default().to_owned();
-    let name = object["metadata"]["name"].as_str().unwrap_or_default().to_owned();
-    if ctx.caches.stored_hash(&kind, namespace, &name).flatten().as_deref() == Some(hash.as_str()) {
+/// One owned object as it should be, with its content hash in an annotation.
+pub struct Desired {
+    pub kind: String,
+    pub name: String,
+    pub hash: String,
+    pub object: Value,
+    resource: ApiResource,
+}
+
+impl Desired {
+    fn new(object: Value) -> Self {
+        let (object, hash) = resources::with_hash(object);
+        let api_version = object["apiVersion"].as_str().unwrap_or_default();
+        let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+        let kind = object["kind"].as_str().unwrap_or_default().to_owned();
+        let resource = ApiResource::from_gvk(&GroupVersionKind::gvk(group, version, &kind));
+        let name = object["metadata"]["name"].as_str().unwrap_or_default().to_owned();
+        Self { kind, name, hash, object, resource }
+    }
+
+    /// Configuration the workloads mount, applied before them.
+    pub fn is_configuration(&self) -> bool {
+        matches!(self.kind.as_str(), "Secret" | "ConfigMap" | "Service")
+    }
+}
+
+/// Every object the cluster owns, as it should be.
+pub fn desired(cluster: &RedisCluster, password: &str, shard_sizes: &BTreeMap<usize, usize>) -> Vec<Desired> {
+    std::iter::once(resources::auth_secret(cluster, password))
+        .chain(resources::desired_objects(cluster, shard_sizes))
+        .map(Desired::new)
+        .collect()
+}
+
+/// What the desired objects are built from: the cluster object's
+/// resourceVersion (any change to it), the shard sizes and the password.
+/// `None` without a resourceVersion (then nothing is remembered).
+pub fn inputs_of(cluster: &RedisCluster, password: &str, shard_sizes: &BTreeMap<usize, usize>) -> Option<u64> {
+    let version = cluster.metadata.resource_version.as_ref()?;
+    let mut hasher = DefaultHasher::new();
+    (version, shard_sizes, password).hash(&mut hasher);
+    Some(hasher.finish())
+}
+
+/// Per cluster, the inputs of the last complete apply and the hashes it
+/// wrote: while both still hold, a reconcile builds no object at all. Only
+/// hashes are kept, not the objects (memory stays flat with many clusters).
+#[derive(Default)]
+pub struct Applied {
+    clusters: Mutex<HashMap<String, Kept>>,
+}
+
+struct Kept {
+    inputs: u64,
+    hashes: Vec<(String, String, String)>,
+}
+
+impl Applied {
+    /// Whether everything applied from `inputs` is still in the caches as written.
+    pub fn in_place(&self, key: &str, inputs: Option<u64>, namespace: &str, stored: &Caches) -> bool {
+        let clusters = self.clusters.lock().expect("applied lock");
+        let Some(kept) = clusters.get(key).filter(|k| Some(k.inputs) == inputs) else { return false };
+        kept.hashes
+            .iter()
+            .all(|(kind, name, hash)| stored.stored_hash(kind, namespace, name).flatten().as_ref() == Some(hash))
+    }
+
+    pub fn remember(&self, key: &str, inputs: Option<u64>, objects: &[Desired]) {
+        let mut clusters = self.clusters.lock().expect("applied lock");
+        match inputs {
+            Some(inputs) => {
+                let hashes = objects.iter().map(|d| (d.kind.clone(), d.name.clone(), d.hash.clone())).collect();
+                clusters.insert(key.to_owned(), Kept { inputs, hashes });
+            }
+            None => drop(clusters.remove(key)),
+        }
+    }
+
+    pub fn forget_cluster(&self, key: &str) {
+        self.clusters.lock().expect("applied lock").remove(key);
+    }
+}
+
+/// Brings the cluster's owned objects to their desired content; returns
+/// what it wrote. The Pods must exist before Redis can be asked, so this
+/// runs every reconcile; configuration goes before the workloads that mount
+/// it, each group at once.
+pub async fn owned_objects(
+    ctx: &Context,
+    cluster: &RedisCluster,
+    key: &str,
+    password: &str,
+    shard_sizes: &BTreeMap<usize, usize>,
+) -> Result<Vec<String>> {
+    let namespace = cluster.metadata.namespace.as_deref().unwrap_or_default();
+    let inputs = inputs_of(cluster, password, shard_sizes);
+    if ctx.applied.in_place(key, inputs, namespace, &ctx.caches) {
+        return Ok(Vec::new());
+    }
+    let desired = desired(cluster, password, shard_sizes);
+    let mut written = Vec::new();
+    for configuration in [true, false] {
+        let writes = desired.iter().filter(|d| d.is_configuration() == configuration).map(|d| async move {
+            Ok::<_, Error>(apply_if_changed(ctx, namespace, d).await?.then(|| format!("{} {}", d.kind, d.name)))
+        });
+        written.extend(futures::future::try_join_all(writes).await?.into_iter().flatten());
+    }
+    ctx.applied.remember(key, inputs, &desired);
+    Ok(written)
+}
+
+/// Applies `desired` if it is missing or its hash differs; returns whether it wrote.
+async fn apply_if_changed(ctx: &Context, namespace: &str, desired: &Desired) -> Result<bool> {
+    let Desired { kind, name, hash, object, resource } = desired;
+    if ctx.caches.stored_hash(kind, namespace, name).flatten().as_deref() == Some(hash.as_str()) {
         return Ok(false);
     }
-    let resource = ApiResource::from_gvk(&GroupVersionKind::gvk(&group, &version, &kind));
-    let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), namespace, &resource);
+    let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), namespace, resource);
     let what = format!("{kind} {namespace}/{name}");
     let params = PatchParams::apply(FIELD_MANAGER).force();
-    api.patch(&name, &params, &Patch::Apply(&object)).await.map_err(Error::kube(format!("apply {what}")))?;
+    api.patch(name, &params, &Patch::Apply(object)).await.map_err(Error::kube(format!("apply {what}")))?;
     tracing::info!(namespace, object = %what, "applied");
     Ok(true)
 }
@@ -89,4 +200,62 @@ fn random_password() -> String {
     std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut bytes)).expect("/dev/urandom is readable");
     const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
     bytes.iter().map(|b| ALPHABET[*b as usize % ALPHABET.len()] as char).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::RedisClusterSpec;
+
+    fn cluster(resource_version: Option<&str>, masters: i32) -> RedisCluster {
+        let spec = serde_json::json!({"masters": masters, "replicasPerMaster": 1, "version": "7.0.15"});
+        let mut c = RedisCluster::new("cache", serde_json::from_value::<RedisClusterSpec>(spec).unwrap());
+        c.metadata.namespace = Some("apps".into());
+        c.metadata.uid = Some("uid-1".into());
+        c.metadata.resource_version = resource_version.map(Into::into);
+        c
+    }
+
+    #[test]
+    fn inputs_change_with_the_cluster_object_the_shard_sizes_and_the_password() {
+        let sizes = BTreeMap::from([(0, 2), (1, 2), (2, 2)]);
+        let base = inputs_of(&cluster(Some("7"), 3), "secret", &sizes);
+        assert!(base.is_some());
+        assert_eq!(base, inputs_of(&cluster(Some("7"), 3), "secret", &sizes));
+        assert_ne!(base, inputs_of(&cluster(Some("8"), 3), "secret", &sizes));
+        assert_ne!(base, inputs_of(&cluster(Some("7"), 3), "secret", &BTreeMap::from([(0, 3)])));
+        assert_ne!(base, inputs_of(&cluster(Some("7"), 3), "rotated", &sizes));
+        assert_eq!(inputs_of(&cluster(None, 3), "secret", &sizes), None, "nothing to key on");
+    }
+
+    #[test]
+    fn desired_objects_carry_their_hash_and_configuration_goes_first() {
+        let objects = desired(&cluster(Some("1"), 3), "secret", &BTreeMap::from([(0, 2), (1, 2), (2, 2)]));
+        assert_eq!(objects.iter().filter(|d| d.kind == "StatefulSet").count(), 3);
+        assert!(
+            objects
+                .iter()
+                .all(|d| d.object["metadata"]["annotations"][crate::api::names::ANNOTATION_SPEC_HASH] == d.hash)
+        );
+        let configuration: Vec<&str> =
+            objects.iter().filter(|d| d.is_configuration()).map(|d| d.kind.as_str()).collect();
+        assert!(configuration.contains(&"Secret") && configuration.contains(&"ConfigMap"));
+        assert!(configuration.contains(&"Service"));
+        let rotated = desired(&cluster(Some("1"), 3), "rotated", &BTreeMap::new());
+        let secret = |objects: &[Desired]| objects.iter().find(|d| d.kind == "Secret").map(|d| d.hash.clone());
+        assert_ne!(secret(&objects), secret(&rotated), "the include Secret follows the password");
+    }
+
+    #[test]
+    fn remembered_hashes_follow_the_inputs() {
+        let applied = Applied::default();
+        let objects = desired(&cluster(Some("1"), 3), "secret", &BTreeMap::new());
+        applied.remember("apps/cache", Some(1), &objects);
+        assert_eq!(applied.clusters.lock().unwrap()["apps/cache"].hashes.len(), objects.len());
+        applied.remember("apps/cache", None, &objects);
+        assert!(applied.clusters.lock().unwrap().is_empty(), "unkeyed inputs forget");
+        applied.remember("apps/cache", Some(2), &objects);
+        applied.forget_cluster("apps/cache");
+        assert!(applied.clusters.lock().unwrap().is_empty());
+    }
 }

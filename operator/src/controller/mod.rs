@@ -12,7 +12,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt as _;
-use futures::future::try_join_all;
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, Patch, PatchParams};
@@ -21,7 +20,6 @@ use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use kube::{Client, Resource as _, ResourceExt as _};
-use serde_json::Value;
 use serde_json::json;
 use tracing::Instrument as _;
 
@@ -31,7 +29,6 @@ use crate::error::{Error, Result};
 use crate::metrics::{ClusterLabels, Metrics};
 use crate::plan::{self, Action, Observed};
 use crate::redis::pool::Pool;
-use crate::resources;
 use cache::{Caches, Triggers};
 
 /// Right after a step, look again at once (the next step usually follows);
@@ -56,6 +53,8 @@ pub struct Context {
     pub caches: Caches,
     /// Open connections to Redis nodes, reused across reconciles.
     pub redis: Pool,
+    /// What the last apply of each cluster wrote, so an unchanged cluster builds no object.
+    applied: apply::Applied,
     /// Serialises the start of RedisOperations, so two created together
     /// cannot both see the other as not running yet.
     pub operation_starts: tokio::sync::Mutex<()>,
@@ -75,6 +74,7 @@ impl Context {
             metrics,
             caches,
             redis: Pool::default(),
+            applied: Default::default(),
             operation_starts: Default::default(),
             nudges,
             nudged: std::sync::Mutex::new(Some(nudged)),
@@ -157,7 +157,9 @@ async fn reconcile_in_span(cluster: Arc<RedisCluster>, ctx: Arc<Context>, namesp
     tracing::debug!("waiting for caches");
     ctx.caches.synced().await;
     if cluster.metadata.deletion_timestamp.is_some() {
-        ctx.redis.forget_cluster(&format!("{namespace}/{}", cluster.name_any()));
+        let key = format!("{namespace}/{}", cluster.name_any());
+        ctx.redis.forget_cluster(&key);
+        ctx.applied.forget_cluster(&key);
         ctx.metrics.forget_cluster(&ClusterLabels { namespace, cluster: cluster.name_any() });
         return Ok(Requeue::await_change()); // owner references clean up
     }
@@ -176,6 +178,7 @@ async fn reconcile_in_span(cluster: Arc<RedisCluster>, ctx: Arc<Context>, namesp
 
 async fn reconcile_steps(cluster: &RedisCluster, ctx: &Context, namespace: &str) -> Result<Requeue> {
     let name = cluster.name_any();
+    let mut phases = PhaseTimer::start();
     let password = apply::password(ctx, cluster, namespace).await?;
     let mut pods = observe::pods(ctx, namespace, &name);
     tracing::debug!(pods = pods.len(), "observing redis");
@@ -188,34 +191,22 @@ async fn reconcile_steps(cluster: &RedisCluster, ctx: &Context, namespace: &str)
         pods,
         redis,
     };
+    phases.lap("observe");
     let action = plan::plan(&observed);
     tracing::debug!(?action, "planned");
+    phases.lap("plan");
 
-    // Kubernetes objects: the Pods must exist before Redis can be asked.
-    // Configuration before the workloads that mount it; each group at once.
-    let (config, workloads): (Vec<Value>, Vec<Value>) = std::iter::once(resources::auth_secret(cluster, &password))
-        .chain(resources::desired_objects(cluster, &observed.shard_sizes()))
-        .partition(|o| matches!(o["kind"].as_str(), Some("Secret" | "ConfigMap" | "Service")));
-    let mut applied = Vec::new();
-    for group in [config, workloads] {
-        let writes = group.into_iter().map(|object| async move {
-            let label = format!(
-                "{} {}",
-                object["kind"].as_str().unwrap_or_default(),
-                object["metadata"]["name"].as_str().unwrap_or_default()
-            );
-            Ok::<_, Error>(apply::apply_if_changed(ctx, namespace, object).await?.then_some(label))
-        });
-        applied.extend(try_join_all(writes).await?.into_iter().flatten());
-    }
+    let applied = apply::owned_objects(ctx, cluster, &key, &password, &observed.shard_sizes()).await?;
     if !applied.is_empty() {
         ctx.event(cluster, EventType::Normal, "Applied", format!("applied {}", applied.join(", "))).await;
     }
+    phases.lap("apply");
 
     let target =
         act::Target { namespace, cluster: &name, key: &key, password: &password, version: &cluster.spec.version };
     let step_started = Timestamp::now();
     let acted = act::act(ctx, &target, &action, &observed.pods).await;
+    phases.lap("act");
     let status = report::build_status(cluster, &observed, &action, acted.is_ok(), step_started, Timestamp::now());
     let converged = action == Action::Converged;
     let labels = ClusterLabels { namespace: namespace.to_owned(), cluster: name.clone() };
@@ -243,6 +234,8 @@ async fn reconcile_steps(cluster: &RedisCluster, ctx: &Context, namespace: &str)
         ctx.event(cluster, EventType::Warning, crate::api::names::REASON_REFUSED, reason.clone()).await;
     }
     write_status(ctx, cluster, status).await?;
+    phases.lap("report");
+    tracing::debug!(phases = %phases, "reconcile timing");
     let requeue = match acted? {
         Some((reason, note)) => {
             tracing::info!(%reason, %note, "acted");
@@ -253,6 +246,34 @@ async fn reconcile_steps(cluster: &RedisCluster, ctx: &Context, namespace: &str)
         None => REQUEUE_WAITING,
     };
     Ok(Requeue::requeue(requeue))
+}
+
+/// Wall time per reconcile phase, for the debug log: which phase a slow
+/// reconcile spent its time in.
+struct PhaseTimer {
+    last: std::time::Instant,
+    laps: Vec<(&'static str, Duration)>,
+}
+
+impl PhaseTimer {
+    fn start() -> Self {
+        Self { last: std::time::Instant::now(), laps: Vec::with_capacity(5) }
+    }
+
+    fn lap(&mut self, phase: &'static str) {
+        let now = std::time::Instant::now();
+        self.laps.push((phase, now - self.last));
+        self.last = now;
+    }
+}
+
+impl std::fmt::Display for PhaseTimer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for (i, (phase, took)) in self.laps.iter().enumerate() {
+            write!(f, "{}{phase}={:.2}ms", if i == 0 { "" } else { " " }, took.as_secs_f64() * 1000.0)?;
+        }
+        Ok(())
+    }
 }
 
 async fn write_status(ctx: &Context, cluster: &RedisCluster, status: RedisClusterStatus) -> Result<()> {
