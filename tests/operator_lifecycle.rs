@@ -110,7 +110,7 @@ async fn paused_cluster_is_left_alone_and_says_so() {
 #[tokio::test]
 async fn deleting_a_cluster_removes_everything_but_kept_volumes() {
     let env = shared_env();
-    shared_operator(env);
+    let operator = shared_operator(env);
     let client = env.client().await.unwrap();
     let ns = namespace(&client, "deletion").await;
     apply_cluster(env, &ns, "gone", "  storage: {size: 64Mi}\n");
@@ -118,7 +118,15 @@ async fn deleting_a_cluster_removes_everything_but_kept_volumes() {
     let api: Api<RedisCluster> = Api::namespaced(client.clone(), &ns);
     wait_running(&api, "gone", Duration::from_secs(120)).await;
     wait_running(&api, "kept", Duration::from_secs(120)).await;
-    api.delete("gone", &DeleteParams::foreground()).await.unwrap();
+    let series = |metrics: &str, name: &str| {
+        let label = format!("namespace=\"{ns}\",cluster=\"{name}\"");
+        metrics.lines().filter(|l| l.starts_with("slotkeeper_cluster_") && l.contains(&label)).count()
+    };
+    let metrics = operator.metrics().await;
+    assert_eq!((series(&metrics, "gone"), series(&metrics, "kept")), (3, 3), "per-cluster gauges:\n{metrics}");
+    // `gone` as `kubectl delete` does it (in the background: the object is
+    // gone at once), `kept` in the foreground (it lingers with a deletionTimestamp).
+    api.delete("gone", &DeleteParams::background()).await.unwrap();
     api.delete("kept", &DeleteParams::foreground()).await.unwrap();
 
     let count = |labels: &'static str| {
@@ -151,4 +159,10 @@ async fn deleting_a_cluster_removes_everything_but_kept_volumes() {
     })
     .await;
     assert_eq!((objects, claims), (0, 6), "keepOnDelete keeps the 6 claims and nothing else");
+    // Either way the operator forgets the deleted clusters' metric series.
+    wait_until("deleted clusters' gauges gone", Duration::from_secs(30), || async {
+        let metrics = operator.metrics().await;
+        (series(&metrics, "gone") + series(&metrics, "kept") == 0).then_some(())
+    })
+    .await;
 }

@@ -87,6 +87,15 @@ impl Context {
         let _ = self.nudges.send(ObjectRef::from_obj(cluster));
     }
 
+    /// Drops what is kept for a deleted cluster: its Redis connections, what
+    /// was applied, its metric series.
+    fn forget(&self, namespace: &str, name: &str) {
+        let key = format!("{namespace}/{name}");
+        self.redis.forget_cluster(&key);
+        self.applied.forget_cluster(&key);
+        self.metrics.forget_cluster(&ClusterLabels { namespace: namespace.to_owned(), cluster: name.to_owned() });
+    }
+
     async fn event(&self, cluster: &RedisCluster, type_: EventType, reason: &str, note: String) {
         self.publish(&cluster.object_ref(&()), type_, reason, note).await;
     }
@@ -121,12 +130,22 @@ async fn run_clusters(ctx: Arc<Context>, triggers: Triggers, namespace: Option<&
         .owns_stream(triggers.disruption_budgets)
         .owns_stream(triggers.network_policies)
         .shutdown_on_signal()
-        .run(reconcile, error_policy, ctx)
-        .for_each(|result| async move {
-            match result {
-                // Failed reconciles are logged by the error policy.
-                Err(kube::runtime::controller::Error::ReconcilerFailed(..)) | Ok(_) => {}
-                Err(error) => tracing::warn!(%error, "controller error (watch or queue)"),
+        .run(reconcile, error_policy, ctx.clone())
+        .for_each(|result| {
+            let ctx = ctx.clone();
+            async move {
+                match result {
+                    // Failed reconciles are logged by the error policy.
+                    Err(kube::runtime::controller::Error::ReconcilerFailed(..)) | Ok(_) => {}
+                    // A cluster deleted without a finalizer in the way (`kubectl
+                    // delete` propagates in the background) is gone before any
+                    // reconcile sees its deletionTimestamp; its delete event ends here.
+                    Err(kube::runtime::controller::Error::ObjectNotFound(gone)) => {
+                        tracing::info!(cluster = %gone.name, namespace = gone.namespace.as_deref().unwrap_or_default(), "cluster deleted");
+                        ctx.forget(gone.namespace.as_deref().unwrap_or_default(), &gone.name);
+                    }
+                    Err(error) => tracing::warn!(%error, "controller error (watch or queue)"),
+                }
             }
         })
         .await;
@@ -157,10 +176,7 @@ async fn reconcile_in_span(cluster: Arc<RedisCluster>, ctx: Arc<Context>, namesp
     tracing::debug!("waiting for caches");
     ctx.caches.synced().await;
     if cluster.metadata.deletion_timestamp.is_some() {
-        let key = format!("{namespace}/{}", cluster.name_any());
-        ctx.redis.forget_cluster(&key);
-        ctx.applied.forget_cluster(&key);
-        ctx.metrics.forget_cluster(&ClusterLabels { namespace, cluster: cluster.name_any() });
+        ctx.forget(&namespace, &cluster.name_any());
         return Ok(Requeue::await_change()); // owner references clean up
     }
     if cluster.spec.paused {
