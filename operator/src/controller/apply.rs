@@ -20,11 +20,11 @@ use crate::error::{Error, Result};
 use crate::resources;
 
 /// One owned object as it should be, with its content hash in an annotation.
-pub struct Desired {
-    pub kind: String,
-    pub name: String,
-    pub hash: String,
-    pub object: Value,
+struct Desired {
+    kind: String,
+    name: String,
+    hash: String,
+    object: Value,
     resource: ApiResource,
 }
 
@@ -40,13 +40,13 @@ impl Desired {
     }
 
     /// Configuration the workloads mount, applied before them.
-    pub fn is_configuration(&self) -> bool {
+    fn is_configuration(&self) -> bool {
         matches!(self.kind.as_str(), "Secret" | "ConfigMap" | "Service")
     }
 }
 
 /// Every object the cluster owns, as it should be.
-pub fn desired(cluster: &RedisCluster, password: &str, shard_sizes: &BTreeMap<usize, usize>) -> Vec<Desired> {
+fn desired(cluster: &RedisCluster, password: &str, shard_sizes: &BTreeMap<usize, usize>) -> Vec<Desired> {
     std::iter::once(resources::auth_secret(cluster, password))
         .chain(resources::desired_objects(cluster, shard_sizes))
         .map(Desired::new)
@@ -56,7 +56,7 @@ pub fn desired(cluster: &RedisCluster, password: &str, shard_sizes: &BTreeMap<us
 /// What the desired objects are built from: the cluster object's
 /// resourceVersion (any change to it), the shard sizes and the password.
 /// `None` without a resourceVersion (then nothing is remembered).
-pub fn inputs_of(cluster: &RedisCluster, password: &str, shard_sizes: &BTreeMap<usize, usize>) -> Option<u64> {
+fn inputs_of(cluster: &RedisCluster, password: &str, shard_sizes: &BTreeMap<usize, usize>) -> Option<u64> {
     let version = cluster.metadata.resource_version.as_ref()?;
     let mut hasher = DefaultHasher::new();
     (version, shard_sizes, password).hash(&mut hasher);
@@ -78,7 +78,7 @@ struct Kept {
 
 impl Applied {
     /// Whether everything applied from `inputs` is still in the caches as written.
-    pub fn in_place(&self, key: &str, inputs: Option<u64>, namespace: &str, stored: &Caches) -> bool {
+    fn in_place(&self, key: &str, inputs: Option<u64>, namespace: &str, stored: &Caches) -> bool {
         let clusters = self.clusters.lock().expect("applied lock");
         let Some(kept) = clusters.get(key).filter(|k| Some(k.inputs) == inputs) else { return false };
         kept.hashes
@@ -86,7 +86,7 @@ impl Applied {
             .all(|(kind, name, hash)| stored.stored_hash(kind, namespace, name).flatten().as_ref() == Some(hash))
     }
 
-    pub fn remember(&self, key: &str, inputs: Option<u64>, objects: &[Desired]) {
+    fn remember(&self, key: &str, inputs: Option<u64>, objects: &[Desired]) {
         let mut clusters = self.clusters.lock().expect("applied lock");
         match inputs {
             Some(inputs) => {
