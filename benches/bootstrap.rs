@@ -76,12 +76,8 @@ async fn floor_once(round: usize) -> f64 {
 async fn slotkeeper_once(env: &'static slotkeeper_env::Environment, round: usize) -> f64 {
     let client = env.client().await.unwrap();
     let ns = namespace(&client, &format!("bench-bootstrap-{round}")).await;
-    let manifest = format!(
-        "apiVersion: slotkeeper.io/v1alpha1\nkind: RedisCluster\nmetadata: {{name: bench, namespace: {ns}}}\nspec: {{masters: 3, replicasPerMaster: 1, version: 7.0.15}}\n"
-    );
     let started = Instant::now();
-    let (ok, out) = kubectl(env, &["apply", "-f", "-"], Some(&manifest));
-    assert!(ok, "{out}");
+    apply_cluster(env, &ns, "bench", 3, 1);
     let api: Api<RedisCluster> = Api::namespaced(client.clone(), &ns);
     wait_running(&api, "bench", Duration::from_secs(180)).await;
     let took = started.elapsed().as_secs_f64();

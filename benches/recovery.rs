@@ -42,11 +42,7 @@ fn main() {
         let ns = namespace(&kube, "bench-recovery").await;
         let clusters: Api<RedisCluster> = Api::namespaced(kube.clone(), &ns);
         let operations: Api<RedisOperation> = Api::namespaced(kube.clone(), &ns);
-        let manifest = format!(
-            "apiVersion: slotkeeper.io/v1alpha1\nkind: RedisCluster\nmetadata: {{name: gap, namespace: {ns}}}\nspec: {{masters: 3, replicasPerMaster: 2, version: 7.0.15, storage: {{size: 1Gi}}}}\n"
-        );
-        let (ok, out) = kubectl(env, &["apply", "-f", "-"], Some(&manifest));
-        assert!(ok, "{out}");
+        apply_cluster_spec(env, &ns, "gap", "masters: 3, replicasPerMaster: 2, version: 7.0.15, storage: {size: 1Gi}");
         let cluster = wait_settled(&clusters, "gap", 3, 9, Duration::from_secs(180)).await;
         let password = password(&kube, &ns, "gap").await;
         let mut client = ClusterClient::new(node_ips(&cluster), &password).await;

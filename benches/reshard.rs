@@ -139,20 +139,13 @@ async fn slotkeeper() -> Figures {
     let kube = env.client().await.unwrap();
     let ns = namespace(&kube, "bench-reshard").await;
     let api: Api<RedisCluster> = Api::namespaced(kube.clone(), &ns);
-    let manifest = |masters: u32| {
-        format!(
-            "apiVersion: slotkeeper.io/v1alpha1\nkind: RedisCluster\nmetadata: {{name: wide, namespace: {ns}}}\nspec: {{masters: {masters}, replicasPerMaster: 0, version: 7.0.15}}\n"
-        )
-    };
-    let (ok, out) = kubectl(env, &["apply", "-f", "-"], Some(&manifest(3)));
-    assert!(ok, "{out}");
+    apply_cluster(env, &ns, "wide", 3, 0);
     let cluster = wait_settled(&api, "wide", 3, 3, Duration::from_secs(180)).await;
     let password = password(&kube, &ns, "wide").await;
     let ips: Vec<String> = cluster.status.unwrap().nodes.iter().filter_map(|n| n.ip.clone()).collect();
     let mut client = ClusterClient::new(ips, &password).await;
     client.seed("seed", KEYS).await;
-    let (ok, out) = kubectl(env, &["apply", "-f", "-"], Some(&manifest(5)));
-    assert!(ok, "{out}");
+    apply_cluster(env, &ns, "wide", 5, 0);
     let started = std::sync::Arc::new(std::sync::Mutex::new(None));
     let done = wait_until("reshard done", Duration::from_secs(300), || {
         let (api, seen) = (api.clone(), started.clone());

@@ -21,11 +21,7 @@ async fn crash_at_each_bootstrap_step_then_restart_converges() {
     {
         let ns = namespace(&client, &format!("crash-{point}")).await;
         let mut crashing = start_operator_with(env, "crash-test", &[(failpoint::ENV, point)]);
-        let manifest = format!(
-            "apiVersion: slotkeeper.io/v1alpha1\nkind: RedisCluster\nmetadata: {{name: phoenix, namespace: {ns}}}\nspec: {{masters: 3, replicasPerMaster: 1, version: {version}}}\n"
-        );
-        let (ok, out) = kubectl(env, &["apply", "-f", "-"], Some(&manifest));
-        assert!(ok, "{out}");
+        apply_cluster_spec(env, &ns, "phoenix", &format!("masters: 3, replicasPerMaster: 1, version: {version}"));
         let exit = wait_until(&format!("the operator to crash at {point}"), Duration::from_secs(120), || {
             let status = crashing.process.exit_status();
             async move { status }

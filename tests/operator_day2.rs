@@ -117,13 +117,9 @@ async fn scale_in_is_refused_when_the_data_would_not_fit() {
     let kube = env.client().await.unwrap();
     let ns = namespace(&kube, "day2-refuse").await;
     let api: Api<RedisCluster> = Api::namespaced(kube.clone(), &ns);
-    let manifest = |masters: i32| {
-        format!(
-            "apiVersion: slotkeeper.io/v1alpha1\nkind: RedisCluster\nmetadata: {{name: tight, namespace: {ns}}}\nspec: {{masters: {masters}, replicasPerMaster: 0, version: 7.0.15, config: {{maxmemory: 8mb}}}}\n"
-        )
-    };
-    let (ok, out) = kubectl(env, &["apply", "-f", "-"], Some(&manifest(4)));
-    assert!(ok, "{out}");
+    let spec =
+        |masters: i32| format!("masters: {masters}, replicasPerMaster: 0, version: 7.0.15, config: {{maxmemory: 8mb}}");
+    apply_cluster_spec(env, &ns, "tight", &spec(4));
     let cluster = wait_settled(&api, "tight", 4, 4, Duration::from_secs(180)).await;
     let password = password(&kube, &ns, "tight").await;
     let mut client = ClusterClient::new(node_ips(&cluster), &password).await;
@@ -138,8 +134,7 @@ async fn scale_in_is_refused_when_the_data_would_not_fit() {
     }
     let owners_before: Vec<Vec<String>> =
         cluster.status.as_ref().unwrap().nodes.iter().map(|n| n.slots.clone()).collect();
-    let (ok, out) = kubectl(env, &["apply", "-f", "-"], Some(&manifest(3)));
-    assert!(ok, "{out}");
+    apply_cluster_spec(env, &ns, "tight", &spec(3));
     let refused = wait_until("the scale-in refused in status", Duration::from_secs(60), || async {
         let c = api.get("tight").await.ok()?;
         let degraded = c.status.as_ref()?.conditions.iter().find(|c| c.type_ == "Degraded")?.clone();

@@ -54,12 +54,7 @@ async fn failover_of_every_shard_keeps_every_acknowledged_write() {
     let ns = namespace(&kube, "failover").await;
     let clusters: Api<RedisCluster> = Api::namespaced(kube.clone(), &ns);
     let operations: Api<RedisOperation> = Api::namespaced(kube.clone(), &ns);
-    apply(
-        env,
-        &format!(
-            "apiVersion: slotkeeper.io/v1alpha1\nkind: RedisCluster\nmetadata: {{name: relay, namespace: {ns}}}\nspec: {{masters: 3, replicasPerMaster: 1, version: 7.0.15}}\n"
-        ),
-    );
+    apply_cluster(env, &ns, "relay", 3, 1);
     let cluster = wait_settled(&clusters, "relay", 3, 6, Duration::from_secs(180)).await;
     let ips: Vec<String> = cluster.status.as_ref().unwrap().nodes.iter().filter_map(|n| n.ip.clone()).collect();
     let password = password(&kube, &ns, "relay").await;
@@ -116,18 +111,8 @@ async fn invalid_operations_fail_with_a_clear_message_and_change_nothing() {
     let ns = namespace(&kube, "failover-invalid").await;
     let clusters: Api<RedisCluster> = Api::namespaced(kube.clone(), &ns);
     let operations: Api<RedisOperation> = Api::namespaced(kube.clone(), &ns);
-    apply(
-        env,
-        &format!(
-            "apiVersion: slotkeeper.io/v1alpha1\nkind: RedisCluster\nmetadata: {{name: solo, namespace: {ns}}}\nspec: {{masters: 3, replicasPerMaster: 0, version: 7.0.15}}\n"
-        ),
-    );
-    apply(
-        env,
-        &format!(
-            "apiVersion: slotkeeper.io/v1alpha1\nkind: RedisCluster\nmetadata: {{name: duo, namespace: {ns}}}\nspec: {{masters: 3, replicasPerMaster: 1, version: 7.0.15}}\n"
-        ),
-    );
+    apply_cluster(env, &ns, "solo", 3, 0);
+    apply_cluster(env, &ns, "duo", 3, 1);
     let solo = wait_settled(&clusters, "solo", 3, 3, Duration::from_secs(180)).await;
     let duo = wait_settled(&clusters, "duo", 3, 6, Duration::from_secs(180)).await;
 

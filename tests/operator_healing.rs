@@ -70,11 +70,7 @@ async fn the_cluster_heals_from_crashes_deletions_lost_nodes_and_freezes() {
     let ns = namespace(&kube, "healing").await;
     let api: Api<RedisCluster> = Api::namespaced(kube.clone(), &ns);
     let pods: Api<Pod> = Api::namespaced(kube.clone(), &ns);
-    let manifest = format!(
-        "apiVersion: slotkeeper.io/v1alpha1\nkind: RedisCluster\nmetadata: {{name: sturdy, namespace: {ns}}}\nspec: {{masters: 3, replicasPerMaster: 1, version: 7.0.15, storage: {{size: 1Gi}}}}\n"
-    );
-    let (ok, out) = kubectl(env, &["apply", "-f", "-"], Some(&manifest));
-    assert!(ok, "{out}");
+    apply_cluster_spec(env, &ns, "sturdy", "masters: 3, replicasPerMaster: 1, version: 7.0.15, storage: {size: 1Gi}");
     let cluster = wait_settled(&api, "sturdy", 3, 6, Duration::from_secs(180)).await;
     let password = password(&kube, &ns, "sturdy").await;
     let mut client = ClusterClient::new(node_ips(&api.get("sturdy").await.unwrap()), &password).await;

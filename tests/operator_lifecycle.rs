@@ -15,14 +15,6 @@ use slotkeeper_operator::api::RedisCluster;
 
 const OPERATOR_USER: &str = "system:serviceaccount:slotkeeper-system:slotkeeper";
 
-fn apply_cluster(env: &slotkeeper_env::Environment, ns: &str, name: &str, extra: &str) {
-    let manifest = format!(
-        "apiVersion: slotkeeper.io/v1alpha1\nkind: RedisCluster\nmetadata: {{name: {name}, namespace: {ns}}}\nspec:\n  masters: 3\n  replicasPerMaster: 1\n  version: 7.0.15\n{extra}"
-    );
-    let (ok, out) = kubectl(env, &["apply", "-f", "-"], Some(&manifest));
-    assert!(ok, "{out}");
-}
-
 /// The operator's write requests in `namespace` recorded in the audit log after `since`.
 fn operator_writes(env: &slotkeeper_env::Environment, namespace: &str, since: &str) -> Vec<String> {
     let log = std::fs::read_to_string(env.audit_log()).unwrap();
@@ -44,7 +36,7 @@ async fn steady_state_makes_no_writes_and_metrics_move() {
     let client = env.client().await.unwrap();
     let ns = namespace(&client, "steady").await;
     let before = operator.metrics().await;
-    apply_cluster(env, &ns, "quiet", "");
+    apply_cluster(env, &ns, "quiet", 3, 1);
     let api: Api<RedisCluster> = Api::namespaced(client.clone(), &ns);
     wait_running(&api, "quiet", Duration::from_secs(120)).await;
 
@@ -89,7 +81,7 @@ async fn paused_cluster_is_left_alone_and_says_so() {
     shared_operator(env);
     let client = env.client().await.unwrap();
     let ns = namespace(&client, "paused").await;
-    apply_cluster(env, &ns, "frozen", "  paused: true\n");
+    apply_cluster_spec(env, &ns, "frozen", "masters: 3, replicasPerMaster: 1, version: 7.0.15, paused: true");
     let api: Api<RedisCluster> = Api::namespaced(client.clone(), &ns);
     let cluster = wait_until("paused condition", Duration::from_secs(30), || async {
         let c = api.get("frozen").await.ok()?;
@@ -113,8 +105,13 @@ async fn deleting_a_cluster_removes_everything_but_kept_volumes() {
     let operator = shared_operator(env);
     let client = env.client().await.unwrap();
     let ns = namespace(&client, "deletion").await;
-    apply_cluster(env, &ns, "gone", "  storage: {size: 64Mi}\n");
-    apply_cluster(env, &ns, "kept", "  storage: {size: 64Mi, keepOnDelete: true}\n");
+    apply_cluster_spec(env, &ns, "gone", "masters: 3, replicasPerMaster: 1, version: 7.0.15, storage: {size: 64Mi}");
+    apply_cluster_spec(
+        env,
+        &ns,
+        "kept",
+        "masters: 3, replicasPerMaster: 1, version: 7.0.15, storage: {size: 64Mi, keepOnDelete: true}",
+    );
     let api: Api<RedisCluster> = Api::namespaced(client.clone(), &ns);
     wait_running(&api, "gone", Duration::from_secs(120)).await;
     wait_running(&api, "kept", Duration::from_secs(120)).await;

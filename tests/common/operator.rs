@@ -125,8 +125,14 @@ pub fn slots_in(ranges: &[String]) -> std::collections::BTreeSet<u16> {
 
 /// Applies a 7.0.15 RedisCluster with these counts.
 pub fn apply_cluster(env: &Environment, ns: &str, name: &str, masters: i32, replicas: i32) {
+    apply_cluster_spec(env, ns, name, &format!("masters: {masters}, replicasPerMaster: {replicas}, version: 7.0.15"));
+}
+
+/// Applies RedisCluster `name` with `spec`, the inside of a YAML flow
+/// mapping (`masters: 3, version: 7.0.15, storage: {size: 1Gi}`).
+pub fn apply_cluster_spec(env: &Environment, ns: &str, name: &str, spec: &str) {
     let manifest = format!(
-        "apiVersion: slotkeeper.io/v1alpha1\nkind: RedisCluster\nmetadata: {{name: {name}, namespace: {ns}}}\nspec: {{masters: {masters}, replicasPerMaster: {replicas}, version: 7.0.15}}\n"
+        "apiVersion: slotkeeper.io/v1alpha1\nkind: RedisCluster\nmetadata: {{name: {name}, namespace: {ns}}}\nspec: {{{spec}}}\n"
     );
     let (ok, out) = kubectl(env, &["apply", "-f", "-"], Some(&manifest));
     assert!(ok, "{out}");
