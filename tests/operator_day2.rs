@@ -7,7 +7,7 @@ mod common;
 use std::time::Duration;
 
 use common::operator::*;
-use common::writer::{ClusterClient, Writer, missing};
+use common::writer::{ClusterClient, Writer, assert_all_read_back};
 use common::*;
 use kube::Api;
 use slotkeeper_operator::api::RedisCluster;
@@ -37,15 +37,6 @@ fn assert_clean(cluster: &RedisCluster, password: &str, masters: usize, step: &s
     assert_eq!(status.slots_assigned, 16384, "{step}");
 }
 
-async fn verify(client: &mut ClusterClient, seeds: &[String], writer: &Writer, step: &str) {
-    let lost = missing(client, seeds, 0).await;
-    assert!(lost.is_empty(), "{step}: {} seeded keys lost, e.g. {:?}", lost.len(), &lost[..lost.len().min(5)]);
-    let acknowledged = writer.snapshot();
-    let lost = missing(client, &acknowledged, 1).await;
-    assert!(lost.is_empty(), "{step}: {} acknowledged keys lost, e.g. {:?}", lost.len(), &lost[..lost.len().min(5)]);
-    eprintln!("{step}: {} seeded and {} acknowledged keys all read back", seeds.len(), acknowledged.len());
-}
-
 #[tokio::test]
 async fn scaling_shards_and_replicas_keeps_every_acknowledged_write() {
     let env = shared_env();
@@ -65,13 +56,13 @@ async fn scaling_shards_and_replicas_keeps_every_acknowledged_write() {
     assert!(ok, "{out}");
     let cluster = wait_settled(&api, "elastic", 5, 10, Duration::from_secs(300)).await;
     assert_clean(&cluster, &password, 5, "scale out 3→5");
-    verify(&mut client, &seeds, &writer, "scale out 3→5").await;
+    assert_all_read_back(&mut client, &seeds, &writer, "scale out 3→5").await;
 
     seeds.extend(client.seed("seed-b", SEED_KEYS).await);
     apply_cluster(env, &ns, "elastic", 3, 1);
     let cluster = wait_settled(&api, "elastic", 3, 6, Duration::from_secs(300)).await;
     assert_clean(&cluster, &password, 3, "scale in 5→3");
-    verify(&mut client, &seeds, &writer, "scale in 5→3").await;
+    assert_all_read_back(&mut client, &seeds, &writer, "scale in 5→3").await;
     let sets = kubectl(env, &["get", "statefulsets", "-n", &ns, "-o", "name"], None).1;
     assert_eq!(sets.lines().count(), 3, "drained shards removed: {sets}");
 
@@ -96,7 +87,7 @@ async fn scaling_shards_and_replicas_keeps_every_acknowledged_write() {
             assert!(now.is_some(), "{step}: the slots of {id} ({slots:?}) are still served together by one master");
         }
         if replicas > 0 {
-            verify(&mut client, &seeds, &writer, &step).await;
+            assert_all_read_back(&mut client, &seeds, &writer, &step).await;
         }
     }
     let record = writer.stop().await;

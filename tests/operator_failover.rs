@@ -7,7 +7,7 @@ mod common;
 use std::time::Duration;
 
 use common::operator::*;
-use common::writer::{ClusterClient, Writer, missing};
+use common::writer::{ClusterClient, Writer, assert_all_read_back};
 use common::*;
 use kube::Api;
 use slotkeeper_env::Environment;
@@ -90,10 +90,7 @@ async fn failover_of_every_shard_keeps_every_acknowledged_write() {
         let check = redis_cli_check(&ips[0], &password);
         assert!(check.contains("[OK] All 16384 slots covered.") && !check.contains("[ERR]"), "{check}");
     }
-    let acknowledged = writer.snapshot();
-    let lost = missing(&mut client, &acknowledged, 1).await;
-    assert!(lost.is_empty(), "{} acknowledged keys lost, e.g. {:?}", lost.len(), &lost[..lost.len().min(5)]);
-    assert!(missing(&mut client, &seeds, 0).await.is_empty(), "seeded keys lost");
+    assert_all_read_back(&mut client, &seeds, &writer, "after every shard's failover").await;
     let record = writer.stop().await;
     eprintln!("writer: {} acknowledged, {} errors", record.acknowledged.len(), record.errors);
 

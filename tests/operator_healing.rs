@@ -9,7 +9,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::operator::*;
-use common::writer::{ClusterClient, Writer, missing};
+use common::writer::{ClusterClient, Writer, assert_all_read_back};
 use common::*;
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
@@ -54,12 +54,7 @@ async fn verify(
     assert!(check.contains("[OK] All 16384 slots covered."), "{step}: {check}");
     assert!(!check.contains("[ERR]") && !check.contains("[WARNING]"), "{step}: {check}");
     assert_eq!(status.ready_replicas, 3, "{step}: every shard has its replica again");
-    let lost = missing(client, seeds, 0).await;
-    assert!(lost.is_empty(), "{step}: {} seeded keys lost, e.g. {:?}", lost.len(), &lost[..lost.len().min(5)]);
-    let acknowledged = writer.snapshot();
-    let lost = missing(client, &acknowledged, 1).await;
-    assert!(lost.is_empty(), "{step}: {} acknowledged keys lost, e.g. {:?}", lost.len(), &lost[..lost.len().min(5)]);
-    eprintln!("{step}: all {} seeded and {} acknowledged keys read back", seeds.len(), acknowledged.len());
+    assert_all_read_back(client, seeds, writer, step).await;
 }
 
 #[tokio::test]

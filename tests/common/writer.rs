@@ -304,6 +304,27 @@ impl Writer {
     }
 }
 
+/// Asserts that every seeded key (offset 0) and every key `writer` has had
+/// acknowledged so far (offset 1) reads back, naming `step` and a few lost keys.
+pub async fn assert_all_read_back(client: &mut ClusterClient, seeds: &[String], writer: &Writer, step: &str) {
+    assert_none_lost(client, seeds, 0, &format!("{step}: seeded")).await;
+    let acknowledged = writer.snapshot();
+    assert_none_lost(client, &acknowledged, 1, &format!("{step}: acknowledged")).await;
+    eprintln!("{step}: all {} seeded and {} acknowledged keys read back", seeds.len(), acknowledged.len());
+}
+
+/// Asserts that [`missing`] finds nothing, naming `what` and a few lost keys.
+pub async fn assert_none_lost(client: &mut ClusterClient, keys: &[String], offset: u64, what: &str) {
+    let lost = missing(client, keys, offset).await;
+    assert!(
+        lost.is_empty(),
+        "{what}: {} of {} keys lost, e.g. {:?}",
+        lost.len(),
+        keys.len(),
+        &lost[..lost.len().min(5)]
+    );
+}
+
 /// Every key reads back with the value it was written with (`<prefix>:<i>`
 /// holds `<i + offset>`); returns what did not. Pipelined per master, with
 /// a routed GET for any key whose slot moved.
