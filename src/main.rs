@@ -1,17 +1,18 @@
-//! `slotkeeper`: the operator binary. It wires the operator, the console and
-//! the upgrade manager behind subcommands.
+//! `slotkeeper`: the operator binary. It wires the operator, the read model,
+//! the console and the upgrade manager behind subcommands.
 #![forbid(unsafe_code)]
 
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use clap::{Parser, Subcommand, ValueEnum};
-use std::sync::atomic::{AtomicBool, Ordering};
 
 use slotkeeper_operator::controller::cache::Caches;
 use slotkeeper_operator::controller::{self, Context};
 use slotkeeper_operator::leader::LeaderElector;
 use slotkeeper_operator::metrics::{CountRequestsLayer, Metrics};
+use slotkeeper_operator::sampler::Sampler;
 use slotkeeper_operator::server::{self, ServerState};
 
 #[derive(Parser)]
@@ -23,7 +24,7 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Run the operator.
+    /// Run the operator (and its console).
     Run(RunArgs),
     /// Print the CustomResourceDefinitions as YAML (what deploy/crds holds).
     Crd,
@@ -42,13 +43,16 @@ struct RunArgs {
     /// This replica's identity (events, leader election); the Pod name in a cluster.
     #[arg(long, env = "POD_NAME", default_value = "slotkeeper-local")]
     instance: String,
-    /// Where /healthz, /readyz and /metrics are served.
-    #[arg(long, default_value = "0.0.0.0:8080", env = "SLOTKEEPER_METRICS_ADDR")]
-    metrics_addr: std::net::SocketAddr,
+    /// Where HTTP is served: /healthz, /readyz, /metrics and the console.
+    #[arg(long, alias = "metrics-addr", default_value = "0.0.0.0:8080", env = "SLOTKEEPER_HTTP_ADDR")]
+    http_addr: std::net::SocketAddr,
+    /// Serve the web console (on every replica, leader or not).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, env = "SLOTKEEPER_CONSOLE")]
+    console: bool,
     /// Act only while holding the leader Lease (run two replicas safely).
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     leader_elect: bool,
-    /// Namespace of the leader Lease; the operator's own.
+    /// The operator's own namespace: the leader Lease and the console's session key live here.
     #[arg(long, env = "POD_NAMESPACE", default_value = "slotkeeper-system")]
     leader_election_namespace: String,
 }
@@ -62,7 +66,7 @@ enum LogFormat {
 fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
         Command::Crd => {
-            print!("{}", slotkeeper_operator::api::crds_yaml());
+            print!("{}", slotkeeper_api::crds_yaml());
             Ok(())
         }
         Command::Run(args) => tokio::runtime::Runtime::new()?.block_on(run(args)),
@@ -85,28 +89,44 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     };
     let metrics = Arc::new(Metrics::default());
     let client =
-        kube::client::ClientBuilder::try_from(config)?.with_layer(&CountRequestsLayer(metrics.clone())).build();
-    let ready = Arc::new(AtomicBool::new(false));
-    let state = ServerState { metrics: metrics.clone(), ready: ready.clone() };
-    let server = tokio::spawn(server::serve(args.metrics_addr, state));
-    tracing::info!(namespace = args.namespace.as_deref().unwrap_or("<all>"), instance = %args.instance, "slotkeeper operator starting");
+        kube::client::ClientBuilder::try_from(config.clone())?.with_layer(&CountRequestsLayer(metrics.clone())).build();
     let namespace = args.namespace.as_deref();
+    // Fed on every replica: a standby serves the console too.
+    let (readmodel, publisher) = slotkeeper_readmodel::start(client.clone(), namespace);
+
+    let ready = Arc::new(AtomicBool::new(false));
+    let mut app = server::router(ServerState { metrics: metrics.clone(), ready: ready.clone() });
+    if args.console {
+        app = app.merge(slotkeeper_console::router(slotkeeper_console::ConsoleConfig {
+            readmodel: readmodel.clone(),
+            client: client.clone(),
+            user_config: config,
+            key_namespace: args.leader_election_namespace.clone(),
+        }));
+    }
+    let server = tokio::spawn(server::serve(args.http_addr, app));
+    tracing::info!(namespace = namespace.unwrap_or("<all>"), instance = %args.instance, console = args.console, "slotkeeper operator starting");
+
     let (caches, triggers) = Caches::new(&client, namespace);
-    let ctx = Arc::new(Context::new(client.clone(), args.instance.clone(), metrics, caches));
+    let ctx = Arc::new(Context::new(client.clone(), args.instance.clone(), metrics, caches, publisher.clone()));
     if !args.leader_elect {
         ready.store(true, Ordering::Relaxed);
         controller::run(ctx, triggers, namespace).await;
         tracing::info!("slotkeeper operator stopped");
         return Ok(());
     }
-    let elector = LeaderElector::new(client, &args.leader_election_namespace, args.instance);
-    // A standby is healthy and ready: it is waiting to take over.
+    let elector = LeaderElector::new(client.clone(), &args.leader_election_namespace, args.instance);
+    // A standby is healthy and ready: it is waiting to take over, and serves the console.
     ready.store(true, Ordering::Relaxed);
+    let sampler = Sampler::new(client, readmodel, publisher);
     tokio::select! {
         _ = elector.acquire() => {}
+        _ = sampler.run() => {}
         _ = tokio::signal::ctrl_c() => return Ok(()),
-        result = server => anyhow::bail!("metrics server stopped: {result:?}"),
+        result = server => anyhow::bail!("HTTP server stopped: {result:?}"),
     }
+    // Leading now: reconciles publish what they observe; the sampler stops.
+    drop(sampler);
     tokio::select! {
         _ = controller::run(ctx, triggers, namespace) => {
             tracing::info!("slotkeeper operator stopped");

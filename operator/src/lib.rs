@@ -2,13 +2,17 @@
 //! → act (one idempotent step) → report (status, events).
 #![forbid(unsafe_code)]
 
-pub mod api;
+/// The API types live in their own crate, so the console need not pull the controller in.
+pub use slotkeeper_api as api;
+
 pub mod controller;
 pub mod error;
 pub mod failpoint;
 pub mod leader;
 pub mod metrics;
 pub mod plan;
+pub mod publish;
 pub mod redis;
 pub mod resources;
+pub mod sampler;
 pub mod server;

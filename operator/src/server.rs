@@ -21,14 +21,19 @@ pub struct ServerState {
     pub ready: Arc<AtomicBool>,
 }
 
-pub async fn serve(addr: SocketAddr, state: ServerState) -> std::io::Result<()> {
-    let app = Router::new()
+/// The operator's own routes; `main` merges them with the other components'.
+pub fn router(state: ServerState) -> Router {
+    Router::new()
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
-        .with_state(state);
+        .with_state(state)
+}
+
+/// Serves `app` on `addr` until the process stops.
+pub async fn serve(addr: SocketAddr, app: Router) -> std::io::Result<()> {
     let listener = tokio::net::TcpListener::bind(addr).await?;
-    tracing::info!(%addr, "serving /healthz, /readyz, /metrics");
+    tracing::info!(%addr, "serving HTTP");
     axum::serve(listener, app).await
 }
 

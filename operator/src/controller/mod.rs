@@ -4,7 +4,7 @@
 mod act;
 mod apply;
 pub mod cache;
-mod observe;
+pub(crate) mod observe;
 mod operation;
 pub mod report;
 
@@ -20,7 +20,6 @@ use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use kube::{Client, Resource as _, ResourceExt as _};
-use serde_json::json;
 use tracing::Instrument as _;
 
 use crate::api::names::FIELD_MANAGER;
@@ -28,8 +27,10 @@ use crate::api::{RedisCluster, RedisClusterStatus};
 use crate::error::{Error, Result};
 use crate::metrics::{ClusterLabels, Metrics};
 use crate::plan::{self, Action, Observed};
+use crate::publish;
 use crate::redis::pool::Pool;
 use cache::{Caches, Triggers};
+use slotkeeper_readmodel::{ClusterKey, Publisher, Source};
 
 /// Right after a step, look again at once (the next step usually follows);
 /// while waiting on gossip, soon (Pod changes arrive by watch); once converged, a slow resync still
@@ -55,6 +56,8 @@ pub struct Context {
     pub redis: Pool,
     /// What the last apply of each cluster wrote, so an unchanged cluster builds no object.
     applied: apply::Applied,
+    /// Where every observation goes for the console (the read model).
+    pub publisher: Publisher,
     /// Serialises the start of RedisOperations, so two created together
     /// cannot both see the other as not running yet.
     pub operation_starts: tokio::sync::Mutex<()>,
@@ -65,7 +68,7 @@ pub struct Context {
 }
 
 impl Context {
-    pub fn new(client: Client, instance: String, metrics: Arc<Metrics>, caches: Caches) -> Self {
+    pub fn new(client: Client, instance: String, metrics: Arc<Metrics>, caches: Caches, publisher: Publisher) -> Self {
         let reporter = Reporter { controller: FIELD_MANAGER.into(), instance: Some(instance) };
         let (nudges, nudged) = tokio::sync::mpsc::unbounded_channel();
         Self {
@@ -75,6 +78,7 @@ impl Context {
             caches,
             redis: Pool::default(),
             applied: Default::default(),
+            publisher,
             operation_starts: Default::default(),
             nudges,
             nudged: std::sync::Mutex::new(Some(nudged)),
@@ -94,6 +98,7 @@ impl Context {
         self.redis.forget_cluster(&key);
         self.applied.forget_cluster(&key);
         self.metrics.forget_cluster(&ClusterLabels { namespace: namespace.to_owned(), cluster: name.to_owned() });
+        self.publisher.forget(&ClusterKey::new(namespace, name));
     }
 
     async fn event(&self, cluster: &RedisCluster, type_: EventType, reason: &str, note: String) {
@@ -199,7 +204,9 @@ async fn reconcile_steps(cluster: &RedisCluster, ctx: &Context, namespace: &str)
     let mut pods = observe::pods(ctx, namespace, &name);
     tracing::debug!(pods = pods.len(), "observing redis");
     let key = format!("{namespace}/{name}");
-    let redis = observe::redis(ctx, &key, &pods, &password).await;
+    let live: std::collections::BTreeSet<&str> = pods.iter().filter_map(|p| p.ip.as_deref()).collect();
+    ctx.redis.retain(&key, &live);
+    let redis = observe::redis(&ctx.redis, &key, &pods, &password).await;
     observe::lost_nodes(ctx, &mut pods, &redis).await;
     let observed = Observed {
         shards: cluster.spec.masters.max(0) as usize,
@@ -211,6 +218,12 @@ async fn reconcile_steps(cluster: &RedisCluster, ctx: &Context, namespace: &str)
     let action = plan::plan(&observed);
     tracing::debug!(?action, "planned");
     phases.lap("plan");
+    let step = (action != Action::Converged).then(|| {
+        let (name, progress) = report::describe(&action);
+        format!("{name}: {progress}")
+    });
+    let observation = publish::observation(&observed.pods, &observed.redis, step, Source::Reconcile, Timestamp::now());
+    ctx.publisher.publish(&ClusterKey::new(namespace, &name), observation);
 
     let applied = apply::owned_objects(ctx, cluster, &key, &password, &observed.shard_sizes()).await?;
     if !applied.is_empty() {
@@ -297,7 +310,7 @@ async fn write_status(ctx: &Context, cluster: &RedisCluster, status: RedisCluste
         return Ok(());
     }
     let api: Api<RedisCluster> = Api::namespaced(ctx.client.clone(), &cluster.namespace().unwrap_or_default());
-    let patch = json!({ "apiVersion": "slotkeeper.io/v1alpha1", "kind": "RedisCluster", "status": status });
+    let patch = crate::api::status_patch::<RedisCluster>(&status);
     api.patch_status(&cluster.name_any(), &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(patch))
         .await
         .map_err(Error::kube("write status"))?;

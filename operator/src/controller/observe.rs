@@ -1,6 +1,7 @@
-//! Observe: the cluster's Pods from the watch cache and each Redis node's view.
+//! Observe: the cluster's Pods from the watch cache and each Redis node's view
+//! (and figures the console charts, in the same round trip).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 use futures::future::join_all;
 use k8s_openapi::api::core::v1::{Node, Pod};
@@ -11,6 +12,8 @@ use crate::api::names::LABEL_SHARD;
 use crate::error::Result;
 use crate::plan::{MemoryFact, PodFact, RedisFact};
 use crate::redis::client::info_field;
+use crate::redis::pool::Pool;
+use slotkeeper_readmodel::StatsFact;
 
 pub fn pods(ctx: &Context, namespace: &str, cluster: &str) -> Vec<PodFact> {
     let mut pods: Vec<PodFact> = ctx.caches.pods_of(namespace, cluster).iter().filter_map(|p| pod_fact(p)).collect();
@@ -35,23 +38,21 @@ fn pod_fact(pod: &Pod) -> Option<PodFact> {
 }
 
 /// Asks every Pod with an address, concurrently; unreachable ones are left out.
-pub async fn redis(ctx: &Context, key: &str, pods: &[PodFact], password: &str) -> BTreeMap<String, RedisFact> {
-    let live: BTreeSet<&str> = pods.iter().filter_map(|p| p.ip.as_deref()).collect();
-    ctx.redis.retain(key, &live);
+pub async fn redis(pool: &Pool, key: &str, pods: &[PodFact], password: &str) -> BTreeMap<String, RedisFact> {
     let asks = pods.iter().filter_map(|p| Some((p.name.clone(), p.ip.clone()?))).map(|(name, ip)| async move {
         // A pooled connection may have died with its process: one fresh try.
-        let pooled = ctx.redis.contains(key, &ip);
-        let mut result = ask(ctx, key, &ip, password).await;
+        let pooled = pool.contains(key, &ip);
+        let mut result = ask(pool, key, &ip, password).await;
         if result.is_err() {
-            ctx.redis.discard(key, &ip);
+            pool.discard(key, &ip);
             if pooled {
-                result = ask(ctx, key, &ip, password).await;
+                result = ask(pool, key, &ip, password).await;
             }
         }
         match result {
             Ok(fact) => Some((name, fact)),
             Err(error) => {
-                ctx.redis.discard(key, &ip);
+                pool.discard(key, &ip);
                 tracing::debug!(pod = %name, %error, "redis not reachable");
                 None
             }
@@ -99,8 +100,8 @@ fn node_counts_as_up(node: &Node) -> bool {
     })
 }
 
-async fn ask(ctx: &Context, key: &str, ip: &str, password: &str) -> Result<RedisFact> {
-    let facts = ctx.redis.node(key, ip, password).await?.facts().await?;
+async fn ask(pool: &Pool, key: &str, ip: &str, password: &str) -> Result<RedisFact> {
+    let facts = pool.node(key, ip, password).await?.facts().await?;
     let offset_field =
         if facts.nodes.iter().any(|n| n.myself && n.master) { "master_repl_offset" } else { "slave_repl_offset" };
     Ok(RedisFact {
@@ -112,6 +113,12 @@ async fn ask(ctx: &Context, key: &str, ip: &str, password: &str) -> Result<Redis
             used: number(&facts.memory_info, "used_memory"),
             dataset: number(&facts.memory_info, "used_memory_dataset"),
             maxmemory: number(&facts.memory_info, "maxmemory"),
+        },
+        stats: StatsFact {
+            ops_per_sec: number(&facts.stats_info, "instantaneous_ops_per_sec"),
+            connected_clients: number(&facts.clients_info, "connected_clients"),
+            keyspace_hits: number(&facts.stats_info, "keyspace_hits"),
+            keyspace_misses: number(&facts.stats_info, "keyspace_misses"),
         },
         nodes: facts.nodes,
     })

@@ -19,7 +19,6 @@ use kube::runtime::controller::{Action as Requeue, Controller};
 use kube::runtime::events::EventType;
 use kube::runtime::watcher;
 use kube::{Resource as _, ResourceExt as _};
-use serde_json::json;
 use tracing::Instrument as _;
 
 use super::{Context, observe};
@@ -180,7 +179,7 @@ async fn decide_failover(
     let pods: Vec<PodFact> =
         observe::pods(ctx, namespace, &cluster.name_any()).into_iter().filter(|p| p.shard == shard).collect();
     let key = format!("{namespace}/{}", cluster.name_any());
-    let facts = observe::redis(ctx, &key, &pods, &password).await;
+    let facts = observe::redis(&ctx.redis, &key, &pods, &password).await;
     let view = ShardView::new(&pods, &facts);
     Ok(match phase {
         OperationPhase::Pending => match view.choose(spec.target_pod.as_deref(), shard) {
@@ -363,7 +362,7 @@ async fn finish(
 async fn write(ctx: &Context, operation: &RedisOperation, mut status: RedisOperationStatus) -> Result<()> {
     status.observed_generation = operation.metadata.generation;
     let api: Api<RedisOperation> = Api::namespaced(ctx.client.clone(), &operation.namespace().unwrap_or_default());
-    let patch = json!({ "apiVersion": "slotkeeper.io/v1alpha1", "kind": "RedisOperation", "status": status });
+    let patch = crate::api::status_patch::<RedisOperation>(&status);
     api.patch_status(&operation.name_any(), &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(patch))
         .await
         .map_err(Error::kube("write RedisOperation status"))?;

@@ -30,6 +30,7 @@ pub fn build_status(
             NodeStatus {
                 pod: pod.name.clone(),
                 ip: pod.ip.clone(),
+                node: pod.node_name.clone(),
                 node_id: me.map(|n| n.id.clone()),
                 role: me.map(|n| if n.master { "master".into() } else { "replica".into() }),
                 master_id: me.and_then(|n| n.master_id.clone()),
@@ -171,7 +172,7 @@ fn scaling(observed: &Observed, action: &Action) -> bool {
         || (0..observed.shards).any(|shard| per_shard(shard) != observed.replicas_per_master + 1)
 }
 
-fn describe(action: &Action) -> (&'static str, String) {
+pub fn describe(action: &Action) -> (&'static str, String) {
     match action {
         Action::Wait(reason) => ("Wait", reason.clone()),
         Action::Refused(reason) => ("Refused", reason.clone()),

@@ -20,14 +20,14 @@
 //!    the staying masters' maxmemory cannot hold the data;
 //! 9. remove drained leaving shards; then converged.
 
-mod balance;
 pub mod moves;
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::redis::migrate::SlotTransfer;
 use crate::redis::topology::{ClusterNode, SLOTS, SlotMap, SlotRange, shard_range, to_ranges};
-pub use balance::targets;
+pub use slotkeeper_api::balance::targets;
+pub use slotkeeper_api::capacity::MemoryFact;
 
 /// A Pod of the cluster as Kubernetes reports it.
 #[derive(Debug, Clone, PartialEq)]
@@ -43,15 +43,6 @@ pub struct PodFact {
     pub node_lost: bool,
 }
 
-/// Memory figures from `INFO memory`, for the scale-in capacity check.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct MemoryFact {
-    pub used: u64,
-    pub dataset: u64,
-    /// 0 means unlimited.
-    pub maxmemory: u64,
-}
-
 /// What one Redis node said about itself and the cluster.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RedisFact {
@@ -64,6 +55,8 @@ pub struct RedisFact {
     /// `master_link_status:up` on a replica.
     pub link_up: bool,
     pub memory: MemoryFact,
+    /// Throughput, for the read model only: no plan depends on it.
+    pub stats: slotkeeper_readmodel::StatsFact,
 }
 
 impl RedisFact {
@@ -452,4 +445,4 @@ mod bootstrap_tests;
 #[path = "day2_tests.rs"]
 mod day2_tests;
 #[cfg(test)]
-mod sim;
+pub(crate) mod sim;

@@ -4,12 +4,12 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::{Action, Batch, NodeRef, Observed, PodFact, SLOTS_PER_PAIR_PER_STEP, balance};
+use slotkeeper_api::balance;
+use slotkeeper_api::capacity::{MemoryFact, ScaleInCheck};
+
+use super::{Action, Batch, NodeRef, Observed, PodFact, SLOTS_PER_PAIR_PER_STEP};
 use crate::redis::migrate::SlotTransfer;
 use crate::redis::topology::{Direction, count, expand};
-
-/// Headroom kept free in the staying masters' maxmemory after a scale-in.
-const SCALE_IN_FILL_LIMIT: f64 = 0.9;
 
 fn node_ref(observed: &Observed, pod: &PodFact) -> Option<NodeRef> {
     Some(NodeRef { pod: pod.name.clone(), id: observed.id_of(&pod.name)?.to_owned(), ip: pod.ip.clone()? })
@@ -149,28 +149,8 @@ pub fn rebalance(observed: &Observed, masters: &BTreeMap<usize, Option<&PodFact>
 /// Why draining the leaving masters is unsafe, if it is: the data of every
 /// master must fit in the staying masters' maxmemory, with headroom.
 fn scale_in_refusal(observed: &Observed, by_shard: &BTreeMap<usize, &PodFact>) -> Option<String> {
-    let memory = |p: &PodFact| observed.redis[&p.name].memory;
-    let dataset: u64 = by_shard.values().map(|p| memory(p).dataset).sum();
-    let staying: Vec<_> = by_shard.range(..observed.shards).map(|(_, p)| memory(p)).collect();
-    if staying.iter().any(|m| m.maxmemory == 0) {
-        return None; // unlimited
-    }
-    let room: f64 = staying
-        .iter()
-        .map(|m| (m.maxmemory as f64 * SCALE_IN_FILL_LIMIT - m.used.saturating_sub(m.dataset) as f64).max(0.0))
-        .sum();
-    if (dataset as f64) <= room {
-        return None;
-    }
-    let mib = |b: f64| b / (1024.0 * 1024.0);
-    let leaving = by_shard.len();
-    Some(format!(
-        "scale-in from {leaving} to {} masters refused, nothing was moved: the data ({:.1} MiB) does not fit in \
-         {:.0}% of the staying masters' maxmemory ({:.1} MiB free); raise spec.resources.limits.memory or \
-         spec.config.maxmemory, or set spec.masters back to {leaving}",
-        observed.shards,
-        mib(dataset as f64),
-        SCALE_IN_FILL_LIMIT * 100.0,
-        mib(room),
-    ))
+    let memory = |p: &&PodFact| observed.redis[&p.name].memory;
+    let masters: Vec<MemoryFact> = by_shard.values().map(memory).collect();
+    let staying: Vec<MemoryFact> = by_shard.range(..observed.shards).map(|(_, p)| memory(p)).collect();
+    ScaleInCheck::new(&masters, &staying).refusal(by_shard.len(), observed.shards)
 }

@@ -36,6 +36,7 @@ pub fn add_fresh_pod(o: &mut Observed, shard: usize, ordinal: usize) {
             replication_offset: None,
             link_up: false,
             memory: MemoryFact { used: 2 << 20, dataset: 1 << 20, maxmemory: 0 },
+            stats: Default::default(),
         },
     );
     o.pods.push(PodFact { ip: Some(format!("ip-{name}")), name, shard, ordinal, node_name: None, node_lost: false });

@@ -30,6 +30,9 @@ pub struct NodeFacts {
     pub server_info: String,
     pub replication_info: String,
     pub memory_info: String,
+    /// `INFO stats` and `INFO clients`, for what the console charts.
+    pub stats_info: String,
+    pub clients_info: String,
 }
 
 pub struct RedisNode {
@@ -83,19 +86,20 @@ impl RedisNode {
         let mut pipe = redis::pipe();
         pipe.cmd("CLUSTER").arg("NODES").cmd("CLUSTER").arg("INFO");
         pipe.cmd("INFO").arg("server").cmd("INFO").arg("replication").cmd("INFO").arg("memory");
-        let (nodes, cluster_info, server_info, replication_info, memory_info): (
-            String,
-            String,
-            String,
-            String,
-            String,
-        ) = tokio::time::timeout(CALL_TIMEOUT, pipe.query_async(&mut self.connection))
-            .await
-            .map_err(|_| RedisError::Timeout { addr: self.addr.clone(), command: "CLUSTER NODES+INFO" })?
-            .map_err(|source| RedisError::Command { addr: self.addr.clone(), command: "CLUSTER NODES+INFO", source })?;
+        pipe.cmd("INFO").arg("stats").cmd("INFO").arg("clients");
+        type Answers = (String, String, String, String, String, String, String);
+        let (nodes, cluster_info, server_info, replication_info, memory_info, stats_info, clients_info): Answers =
+            tokio::time::timeout(CALL_TIMEOUT, pipe.query_async(&mut self.connection))
+                .await
+                .map_err(|_| RedisError::Timeout { addr: self.addr.clone(), command: "CLUSTER NODES+INFO" })?
+                .map_err(|source| RedisError::Command {
+                    addr: self.addr.clone(),
+                    command: "CLUSTER NODES+INFO",
+                    source,
+                })?;
         let nodes =
             parse_cluster_nodes(&nodes).map_err(|source| RedisError::Parse { addr: self.addr.clone(), source })?;
-        Ok(NodeFacts { nodes, cluster_info, server_info, replication_info, memory_info })
+        Ok(NodeFacts { nodes, cluster_info, server_info, replication_info, memory_info, stats_info, clients_info })
     }
 
     async fn call<T: redis::FromRedisValue>(&mut self, name: &'static str, cmd: &redis::Cmd) -> Result<T, RedisError> {

@@ -4,4 +4,5 @@
 pub mod client;
 pub mod migrate;
 pub mod pool;
-pub mod topology;
+/// Parsing lives with the API types, which the console shares.
+pub use slotkeeper_api::topology;

@@ -8,7 +8,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::redis::topology::SLOTS;
+use crate::topology::SLOTS;
 
 /// One slot to move from one shard's master to another's.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -80,7 +80,7 @@ pub fn next_batch(moves: &[Move], per_pair: usize) -> Vec<Move> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::redis::topology::shard_range;
+    use crate::topology::shard_range;
 
     fn bootstrap(shards: usize) -> BTreeMap<usize, BTreeSet<u16>> {
         (0..shards)

@@ -1,14 +1,28 @@
-//! The custom resources and their constants.
+//! Slotkeeper's API: the custom resources (`RedisCluster`, `RedisOperation`),
+//! every label, condition and reason name, the version catalog, and the pure
+//! arithmetic over slots and memory that both the operator (which acts) and
+//! the console (which previews) need. No IO and no controller here, so the
+//! console can depend on it without pulling the reconcile in.
+#![forbid(unsafe_code)]
 
+pub mod balance;
+pub mod capacity;
 pub mod catalog;
 pub mod cluster;
 pub mod names;
 pub mod operation;
+pub mod topology;
 
 pub use cluster::*;
 pub use operation::*;
 
 use kube::CustomResourceExt as _;
+
+/// A server-side-apply patch setting the status of a `K`: its apiVersion
+/// and kind come from the type, so a new API version changes one place.
+pub fn status_patch<K: kube::Resource<DynamicType = ()>>(status: &impl serde::Serialize) -> serde_json::Value {
+    serde_json::json!({ "apiVersion": K::api_version(&()), "kind": K::kind(&()), "status": status })
+}
 
 /// Where the generated CRD lives in the repository.
 pub const CRD_PATH: &str = "deploy/crds/slotkeeper.io.yaml";
@@ -33,6 +47,14 @@ mod tests {
             committed == crds_yaml(),
             "{CRD_PATH} is out of date with the Rust types: run `cargo run -- crd > {CRD_PATH}`"
         );
+    }
+
+    #[test]
+    fn status_patches_name_the_type_they_are_for() {
+        let patch = status_patch::<RedisOperation>(&RedisOperationStatus::default());
+        assert_eq!(patch["apiVersion"], "slotkeeper.io/v1alpha1");
+        assert_eq!(patch["kind"], "RedisOperation");
+        assert!(patch["status"].is_object());
     }
 
     #[test]

@@ -186,6 +186,9 @@ pub struct NodeStatus {
     pub pod: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ip: Option<String>,
+    /// The Kubernetes Node the Pod runs on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node_id: Option<String>,
     /// `master` or `replica`.

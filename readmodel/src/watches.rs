@@ -1,0 +1,140 @@
+//! The watches that feed the read model, started on every replica whether
+//! or not it leads: RedisClusters and RedisOperations into stores, Events
+//! (about clusters, operations and their Pods) into the [`EventLog`].
+
+use std::sync::Arc;
+
+use futures::StreamExt as _;
+use k8s_openapi::api::core::v1::Event;
+use kube::runtime::reflector::store::Writer;
+use kube::runtime::watcher::{self, Event as Watched, watcher};
+use kube::runtime::{WatchStreamExt as _, reflector};
+use kube::{Api, Client, Resource, ResourceExt as _};
+use slotkeeper_api::{RedisCluster, RedisOperation};
+
+use crate::events::{EventView, KIND_CLUSTER, KIND_OPERATION, KIND_POD, cluster_of_pod};
+use crate::{Change, ClusterKey, Inner};
+
+fn api<K>(client: &Client, namespace: Option<&str>) -> Api<K>
+where
+    K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
+{
+    match namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    }
+}
+
+fn key_of<K: Resource>(object: &K) -> ClusterKey {
+    ClusterKey::new(object.meta().namespace.clone().unwrap_or_default(), object.meta().name.clone().unwrap_or_default())
+}
+
+pub(crate) fn spawn(
+    client: &Client,
+    namespace: Option<&str>,
+    inner: &Arc<Inner>,
+    clusters: Writer<RedisCluster>,
+    operations: Writer<RedisOperation>,
+    synced: tokio::sync::watch::Sender<bool>,
+) {
+    tokio::spawn(watch_clusters(api(client, namespace), clusters, inner.clone()));
+    tokio::spawn(watch_operations(api(client, namespace), operations, inner.clone()));
+    for kind in [KIND_CLUSTER, KIND_OPERATION, KIND_POD] {
+        tokio::spawn(watch_events(api(client, namespace), kind, inner.clone()));
+    }
+    let stores = inner.clone();
+    tokio::spawn(async move {
+        // A dropped writer means the process is stopping; nothing to wait for.
+        let _ = futures::join!(stores.clusters.wait_until_ready(), stores.operations.wait_until_ready());
+        synced.send_replace(true);
+    });
+}
+
+async fn watch_clusters(api: Api<RedisCluster>, writer: Writer<RedisCluster>, inner: Arc<Inner>) {
+    let mut stream = std::pin::pin!(watcher(api, watcher::Config::default()).default_backoff().reflect(writer));
+    while let Some(event) = stream.next().await {
+        match event {
+            Ok(Watched::Apply(cluster)) => inner.notify(Change::Cluster(key_of(&cluster))),
+            Ok(Watched::Delete(cluster)) => {
+                let key = key_of(&cluster);
+                inner.forget(&key);
+                inner.notify(Change::Cluster(key));
+            }
+            Ok(Watched::InitDone) => {
+                // Clusters deleted while the watch was away leave nothing behind.
+                let present: std::collections::HashSet<ClusterKey> =
+                    inner.clusters.state().iter().map(|c| key_of(c.as_ref())).collect();
+                inner.observations.write().expect("observations lock").retain(|k, _| present.contains(k));
+                inner.samples.lock().expect("samples lock").retain(|k, _| present.contains(k));
+                inner.notify(Change::Everything);
+            }
+            Ok(Watched::Init | Watched::InitApply(_)) => {}
+            Err(error) => tracing::warn!(%error, "read model: RedisCluster watch failed; retrying"),
+        }
+    }
+}
+
+async fn watch_operations(api: Api<RedisOperation>, writer: Writer<RedisOperation>, inner: Arc<Inner>) {
+    let mut stream = std::pin::pin!(watcher(api, watcher::Config::default()).default_backoff().reflect(writer));
+    while let Some(event) = stream.next().await {
+        match event {
+            Ok(Watched::Apply(operation) | Watched::Delete(operation)) => {
+                let key = ClusterKey::new(operation.namespace().unwrap_or_default(), operation.spec.cluster.clone());
+                inner.notify(Change::Cluster(key));
+            }
+            Ok(Watched::InitDone) => inner.notify(Change::Everything),
+            Ok(Watched::Init | Watched::InitApply(_)) => {}
+            Err(error) => tracing::warn!(%error, "read model: RedisOperation watch failed; retrying"),
+        }
+    }
+}
+
+/// Events whose involved object is of `kind`, narrowed by the apiserver.
+async fn watch_events(api: Api<Event>, kind: &'static str, inner: Arc<Inner>) {
+    let config = watcher::Config::default().fields(&format!("involvedObject.kind={kind}"));
+    let mut stream = std::pin::pin!(watcher(api, config).default_backoff());
+    let mut relisted: Vec<EventView> = Vec::new();
+    while let Some(event) = stream.next().await {
+        match event {
+            Ok(Watched::Init) => relisted.clear(),
+            Ok(Watched::InitApply(event)) => relisted.extend(relevant(&event, kind)),
+            Ok(Watched::InitDone) => {
+                inner.events.replace_kind(kind, std::mem::take(&mut relisted));
+                inner.notify(Change::Everything);
+            }
+            Ok(Watched::Apply(event)) => {
+                if let Some(view) = relevant(&event, kind) {
+                    let key = cluster_of(&inner, &view);
+                    inner.events.apply(view);
+                    if let Some(key) = key {
+                        inner.notify(Change::Cluster(key));
+                    }
+                }
+            }
+            Ok(Watched::Delete(event)) => {
+                if let Some(view) = relevant(&event, kind) {
+                    inner.events.delete(&view);
+                }
+            }
+            Err(error) => tracing::warn!(%error, kind, "read model: Event watch failed; retrying"),
+        }
+    }
+}
+
+/// Events of Pods count only for Pods named as the operator names them.
+fn relevant(event: &Event, kind: &str) -> Option<EventView> {
+    let view = EventView::of(event)?;
+    (kind != KIND_POD || cluster_of_pod(&view.name).is_some()).then_some(view)
+}
+
+fn cluster_of(inner: &Inner, event: &EventView) -> Option<ClusterKey> {
+    let name = match event.kind.as_str() {
+        KIND_CLUSTER => event.name.clone(),
+        KIND_POD => cluster_of_pod(&event.name)?.to_owned(),
+        _ => {
+            let operation = inner.operations.get(&reflector::ObjectRef::new(&event.name).within(&event.namespace))?;
+            operation.spec.cluster.clone()
+        }
+    };
+    Some(ClusterKey::new(event.namespace.clone(), name))
+}
