@@ -72,7 +72,7 @@ fn main() {
 
         tokio::time::sleep(Duration::from_secs(10)).await;
         // The floor, measured beside the operator in the same window: the
-        // round trip a reconcile cannot avoid (the same five-command pipeline
+        // round trip a reconcile cannot avoid (the same seven-command pipeline
         // to a cluster's three masters at once, over kept connections).
         let mut targets = Vec::new();
         for c in api.list(&ListParams::default()).await.unwrap().items {
@@ -97,6 +97,7 @@ fn main() {
                     let mut pipe = redis::pipe();
                     pipe.cmd("CLUSTER").arg("NODES").cmd("CLUSTER").arg("INFO");
                     pipe.cmd("INFO").arg("server").cmd("INFO").arg("replication").cmd("INFO").arg("memory");
+                    pipe.cmd("INFO").arg("stats").cmd("INFO").arg("clients");
                     let _: Vec<String> = pipe.query_async(c).await.unwrap();
                 });
                 futures::future::join_all(asks).await;

@@ -77,6 +77,9 @@ async fn deploy_manifests_pass_server_side_dry_run() {
         "deployment.apps/slotkeeper",
         "clusterrole.rbac.authorization.k8s.io/slotkeeper",
         "networkpolicy.networking.k8s.io/slotkeeper",
+        "service/slotkeeper",
+        "clusterrole.rbac.authorization.k8s.io/slotkeeper-redis-viewer",
+        "clusterrole.rbac.authorization.k8s.io/slotkeeper-redis-operator",
         "rediscluster.slotkeeper.io/example",
     ] {
         assert!(out.contains(kind), "{kind} not in dry run output:\n{out}");

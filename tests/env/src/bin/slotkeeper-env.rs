@@ -55,11 +55,17 @@ async fn main() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Where the console is served when the port is free (else any free port).
+const CONSOLE_PORT: u16 = 8080;
+/// The ServiceAccount a newcomer signs in to the console as.
+const DEMO_USER: &str = "console-demo";
+
 /// Installs deploy/ (CRDs, namespace, RBAC), runs the operator as its
-/// ServiceAccount, applies the example RedisCluster and waits for it.
+/// ServiceAccount, applies the example RedisCluster and waits for it, then
+/// prints how to sign in to the console.
 fn start_operator(env: &Environment, dir: &std::path::Path) -> anyhow::Result<ManagedProcess> {
     let root = tools::repo_root();
-    for manifest in ["deploy/crds", "deploy/00-namespace.yaml", "deploy/rbac.yaml"] {
+    for manifest in ["deploy/crds", "deploy/00-namespace.yaml", "deploy/rbac.yaml", "deploy/console-rbac.yaml"] {
         let (ok, out) = env.kubectl(&["apply", "--server-side", "-f", root.join(manifest).to_str().unwrap()], None);
         anyhow::ensure!(ok, "kubectl apply -f {manifest}: {out}");
     }
@@ -68,15 +74,19 @@ fn start_operator(env: &Environment, dir: &std::path::Path) -> anyhow::Result<Ma
     let kubeconfig = dir.join("operator.kubeconfig");
     env.service_account_kubeconfig("slotkeeper-system", "slotkeeper", &kubeconfig).map_err(anyhow::Error::msg)?;
     let binary = tools::workspace_binary("slotkeeper").map_err(anyhow::Error::msg)?;
-    let metrics_port = slotkeeper_env::control_plane::free_port()?;
+    let port = if std::net::TcpListener::bind(("127.0.0.1", CONSOLE_PORT)).is_ok() {
+        CONSOLE_PORT
+    } else {
+        slotkeeper_env::control_plane::free_port()?
+    };
     let operator = ManagedProcess::spawn(
         ProcessSpec::new("slotkeeper", binary, dir.join("operator.log"))
             .args(["run", "--instance", "slotkeeper-local", "--kubeconfig"])
             .arg(&kubeconfig)
-            .arg(format!("--metrics-addr=127.0.0.1:{metrics_port}")),
+            .arg(format!("--http-addr=127.0.0.1:{port}")),
     )?;
     println!(
-        "operator running as ServiceAccount slotkeeper-system/slotkeeper; metrics on http://127.0.0.1:{metrics_port}/metrics"
+        "operator running as ServiceAccount slotkeeper-system/slotkeeper; metrics on http://127.0.0.1:{port}/metrics"
     );
     let example = root.join("deploy/examples/rediscluster.yaml");
     let (ok, out) = env.kubectl(&["apply", "-f", example.to_str().unwrap()], None);
@@ -97,5 +107,28 @@ fn start_operator(env: &Environment, dir: &std::path::Path) -> anyhow::Result<Ma
         "  redis-cli -c -h {ip} -a \"$(kubectl get secret example-password -o jsonpath='{{.data.password}}' | base64 -d)\" --no-auth-warning"
     );
     println!();
+    let token = demo_user(env)?;
+    println!("The console: http://127.0.0.1:{port}/");
+    println!(
+        "  Sign in as ServiceAccount default/{DEMO_USER} (role slotkeeper-redis-operator in namespace default) with this token:"
+    );
+    println!("  {token}");
+    println!("  (another: kubectl create token {DEMO_USER} -n default)");
+    println!();
     Ok(operator)
+}
+
+/// A ServiceAccount bound to the operator role in `default`, and a token for it.
+fn demo_user(env: &Environment) -> anyhow::Result<String> {
+    let manifest = format!(
+        "apiVersion: v1\nkind: ServiceAccount\nmetadata: {{name: {DEMO_USER}, namespace: default}}\n---\n\
+         apiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata: {{name: {DEMO_USER}-redis-operator, namespace: default}}\n\
+         roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: slotkeeper-redis-operator}}\n\
+         subjects: [{{kind: ServiceAccount, name: {DEMO_USER}, namespace: default}}]\n"
+    );
+    let (ok, out) = env.kubectl(&["apply", "-f", "-"], Some(&manifest));
+    anyhow::ensure!(ok, "cannot create the console's demo user: {out}");
+    let (ok, token) = env.kubectl(&["-n", "default", "create", "token", DEMO_USER, "--duration=24h"], None);
+    anyhow::ensure!(ok, "cannot get a token for {DEMO_USER}: {token}");
+    Ok(token.trim().to_owned())
 }

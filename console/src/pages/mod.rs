@@ -1,0 +1,59 @@
+//! The pages, as pure functions from data (a snapshot of the read model,
+//! what the user may do, the time) to HTML, so the live streams render the
+//! very same fragments and tests render them from fixtures.
+
+pub mod cluster;
+pub mod clusters;
+pub mod scale;
+pub mod shell;
+pub mod signin;
+
+/// The console's URLs, built in one place.
+pub mod paths {
+    use slotkeeper_readmodel::ClusterKey;
+
+    pub const CLUSTERS: &str = "/";
+    pub const SIGN_IN: &str = "/signin";
+
+    pub fn cluster(key: &ClusterKey) -> String {
+        format!("/clusters/{}/{}", encode(&key.namespace), encode(&key.name))
+    }
+
+    pub fn scale_preview(key: &ClusterKey, masters: i32, replicas: i32) -> String {
+        format!("{}/scale?masters={masters}&replicas={replicas}", cluster(key))
+    }
+
+    pub fn live_cluster(key: &ClusterKey) -> String {
+        format!("/live{}", cluster(key))
+    }
+
+    pub fn live_clusters(query: &str) -> String {
+        if query.is_empty() { "/live/clusters".into() } else { format!("/live/clusters?{query}") }
+    }
+
+    /// Percent-encodes everything but unreserved characters.
+    pub fn encode(text: &str) -> String {
+        text.bytes()
+            .map(|b| {
+                if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+                    (b as char).to_string()
+                } else {
+                    format!("%{b:02X}")
+                }
+            })
+            .collect()
+    }
+}
+
+/// A fragment of a page: a section with an id that the live stream replaces whole.
+pub fn fragment(id: &'static str, title: &'static str, content: leptos::prelude::AnyView) -> leptos::prelude::AnyView {
+    use leptos::prelude::*;
+    let (heading, labelled_by) = (format!("{id}-title"), format!("{id}-title"));
+    view! {
+        <section id=id aria-labelledby=labelled_by data-fragment="">
+            <h2 id=heading>{title}</h2>
+            {content}
+        </section>
+    }
+    .into_any()
+}

@@ -1,0 +1,93 @@
+//! Rendered HTML kept while nothing it shows has changed, so a hundred open
+//! pages on the same data cost one render, not a hundred. A render is valid
+//! for the read model's version of its cluster and for one [`BUCKET`] of
+//! wall time (ages and charts move with the clock).
+
+use std::collections::HashMap;
+use std::hash::{DefaultHasher, Hash as _, Hasher as _};
+use std::sync::{Arc, Mutex};
+
+use k8s_openapi::jiff::Timestamp;
+use leptos::prelude::*;
+use slotkeeper_readmodel::{ClusterKey, ReadModel};
+
+use crate::access::ClusterAccess;
+use crate::pages::cluster::{self, FRAGMENTS};
+use crate::pages::clusters::{self, Row};
+
+/// Seconds of wall time a render stays current.
+pub const BUCKET: i64 = 5;
+/// Renders kept at most; beyond that the map starts over.
+const MOST: usize = 4096;
+
+type Version = ((u64, u64), i64);
+
+/// A cluster page's live fragments: (id, HTML) in page order.
+pub type Fragments = Arc<Vec<(&'static str, String)>>;
+
+#[derive(Default)]
+pub struct Renders {
+    rows: Mutex<HashMap<ClusterKey, (Version, Arc<str>)>>,
+    pages: Mutex<HashMap<(ClusterKey, u64), (Version, Fragments)>>,
+}
+
+fn bucket(now: Timestamp) -> i64 {
+    now.as_second() / BUCKET
+}
+
+fn fingerprint(access: &ClusterAccess) -> u64 {
+    let mut hasher = DefaultHasher::new();
+    access.hash(&mut hasher);
+    hasher.finish()
+}
+
+impl Renders {
+    /// A row of the clusters page.
+    pub fn row(&self, readmodel: &ReadModel, row: &Row, now: Timestamp) -> Arc<str> {
+        let version = (readmodel.version(&row.key), bucket(now));
+        if let Some((v, html)) = self.rows.lock().expect("renders lock").get(&row.key)
+            && *v == version
+        {
+            return html.clone();
+        }
+        let html: Arc<str> = clusters::row_html(row, now).into();
+        let mut rows = self.rows.lock().expect("renders lock");
+        if rows.len() >= MOST {
+            rows.clear();
+        }
+        rows.insert(row.key.clone(), (version, html.clone()));
+        html
+    }
+
+    /// Every live fragment of a cluster's page as a user with `access` sees
+    /// it; `None` when the cluster is gone.
+    pub fn cluster(
+        &self,
+        readmodel: &ReadModel,
+        key: &ClusterKey,
+        access: &ClusterAccess,
+        now: Timestamp,
+    ) -> Option<Fragments> {
+        let version = (readmodel.version(key), bucket(now));
+        let cache_key = (key.clone(), fingerprint(access));
+        if let Some((v, fragments)) = self.pages.lock().expect("renders lock").get(&cache_key)
+            && *v == version
+            && readmodel.cluster(key).is_some()
+        {
+            return Some(fragments.clone());
+        }
+        let page = cluster::snapshot(readmodel, key, access.clone(), now)?;
+        let fragments: Fragments = Arc::new(
+            FRAGMENTS
+                .iter()
+                .map(|id| (*id, Owner::new().with(|| cluster::render_fragment(&page, id).to_html())))
+                .collect(),
+        );
+        let mut pages = self.pages.lock().expect("renders lock");
+        if pages.len() >= MOST {
+            pages.clear();
+        }
+        pages.insert(cache_key, (version, fragments.clone()));
+        Some(fragments)
+    }
+}
