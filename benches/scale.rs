@@ -8,9 +8,9 @@
 #[path = "../tests/common/mod.rs"]
 mod common;
 
-use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
+use common::metrics::{quantile, reconcile_buckets as buckets, sum};
 use common::operator::*;
 use common::*;
 use kube::Api;
@@ -19,34 +19,6 @@ use slotkeeper_operator::api::{Phase, RedisCluster};
 
 const CLUSTERS: usize = 50;
 const WINDOW: Duration = Duration::from_secs(120);
-
-/// Sum of samples whose line starts with `prefix`.
-fn sum(text: &str, prefix: &str) -> f64 {
-    text.lines().filter(|l| l.starts_with(prefix)).filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok()).sum()
-}
-
-/// Cumulative histogram buckets (le → count) of the reconcile time.
-fn buckets(text: &str) -> BTreeMap<String, f64> {
-    text.lines()
-        .filter(|l| l.starts_with("controller_runtime_reconcile_time_seconds_bucket"))
-        .filter_map(|l| {
-            let le = l.split("le=\"").nth(1)?.split('"').next()?.to_owned();
-            Some((le, l.rsplit(' ').next()?.parse().ok()?))
-        })
-        .collect()
-}
-
-/// The upper bound of the bucket holding quantile `q` of the window's reconciles.
-fn quantile(before: &BTreeMap<String, f64>, after: &BTreeMap<String, f64>, q: f64) -> String {
-    let mut rows: Vec<(f64, f64)> = after
-        .iter()
-        .map(|(le, n)| (le.parse::<f64>().unwrap_or(f64::INFINITY), n - before.get(le).copied().unwrap_or(0.0)))
-        .collect();
-    rows.sort_by(|a, b| a.0.total_cmp(&b.0));
-    let total = rows.last().map(|r| r.1).unwrap_or(0.0);
-    let bound = rows.iter().find(|(_, n)| *n >= q * total).map(|r| r.0).unwrap_or(f64::INFINITY);
-    if bound.is_finite() { format!("<= {:.1} ms", bound * 1000.0) } else { "> largest bucket".into() }
-}
 
 fn main() {
     let runtime = tokio::runtime::Runtime::new().unwrap();

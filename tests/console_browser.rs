@@ -138,6 +138,16 @@ async fn an_operator_signs_in_scales_out_and_fails_over_and_the_page_follows_liv
     assert_keyboard_and_labels(&browser, "cluster").await;
     browser.screenshot("04-cluster").await;
 
+    // A request Kubernetes rejects comes back in words, and changes nothing
+    // (the browser's own check on the field is turned off, as a script could).
+    browser.js("document.querySelector('#scale-masters').form.noValidate = true;").await;
+    browser.fill("#scale-masters", "2").await;
+    browser.click("#scale-submit").await;
+    let rejected = browser.wait_for_text(".flash", "Nothing was changed", Duration::from_secs(10)).await;
+    assert!(rejected.contains("spec.masters must be at least 3"), "{rejected}");
+    browser.screenshot("045-cluster-rejected").await;
+    assert_eq!(api.get("example").await.unwrap().spec.masters, 3);
+
     // Scale out 3 → 4 from the page; the page follows without a reload.
     browser.fill("#scale-masters", "4").await;
     browser.click("#scale-submit").await;
@@ -313,4 +323,55 @@ async fn without_scripts_a_scale_in_is_previewed_confirmed_and_made() {
     assert!(browser.text("#summary").await.contains("3 of 3"));
     browser.screenshot("22-scaled-in-no-script").await;
     assert!(audited(env, "alice", &ns).iter().any(|a| a == "patch redisclusters/scale plain"));
+}
+
+#[tokio::test]
+async fn a_standby_replica_serves_the_console_and_accepts_the_leaders_sessions() {
+    let env = shared_env();
+    let leader = shared_operator(env);
+    let client = env.client().await.unwrap();
+    let ns = namespace(&client, "console-standby").await;
+    bind(env, &ns, "alice", OPERATOR_ROLE);
+    apply_cluster(env, &ns, "spare", 3, 0);
+    let api: Api<RedisCluster> = Api::namespaced(client.clone(), &ns);
+    wait_settled(&api, "spare", 3, 3, Duration::from_secs(180)).await;
+    let standby = start_operator(env, "slotkeeper-standby");
+    wait_until("the standby serving HTTP", Duration::from_secs(30), || async {
+        http_get(standby.http_port, "/healthz").await.0.then_some(())
+    })
+    .await;
+
+    // A session begun on the leader...
+    let form = format!("token={}", user_token(env, "alice"));
+    let (status, head, _) = http_request(
+        leader.http_port,
+        "POST",
+        "/actions/sign-in",
+        &["Sec-Fetch-Site: same-origin".into(), "Accept: text/html".into()],
+        Some(&form),
+    )
+    .await;
+    assert_eq!(status, 302, "{head}");
+    let cookie = head
+        .lines()
+        .filter_map(|l| l.strip_prefix("set-cookie: "))
+        .find(|c| c.starts_with("slotkeeper_session="))
+        .and_then(|c| c.split(';').next())
+        .expect("a session cookie")
+        .to_owned();
+    // ...opens on the standby, which shows the cluster from its own watches
+    // and samples Redis itself while another replica leads.
+    let page = format!("/clusters/{ns}/spare");
+    let body = wait_until("the standby's sampler to observe the cluster", Duration::from_secs(60), || async {
+        let (status, _, body) =
+            http_request(standby.http_port, "GET", &page, &[format!("Cookie: {cookie}")], None).await;
+        (status == 200 && body.contains("by this replica") && body.contains("sampler (it is not the leader)"))
+            .then_some(body)
+    })
+    .await;
+    assert!(body.contains("Signed in as <strong>alice</strong>"), "the leader's session opens on the standby");
+    assert!(body.contains("3 of 3") && body.contains("16384 of 16384"), "status from the standby's watch");
+    assert_eq!(body.matches("data-role=\"master\"").count(), 3, "roles from the standby's own observation");
+    let (ok, metrics) = http_get(standby.http_port, "/metrics").await;
+    assert!(ok && !metrics.contains(&format!("namespace=\"{ns}\"")), "the standby reconciles nothing");
 }

@@ -9,6 +9,10 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
 
+/// The fewest masters a cluster may have (the CRD's rule on `spec.masters`
+/// says the same; a test keeps them equal).
+pub const MIN_MASTERS: i32 = 3;
+
 /// A Redis Cluster: `masters` shards, each with `replicasPerMaster` replicas.
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[kube(

@@ -58,6 +58,15 @@ mod tests {
     }
 
     #[test]
+    fn the_masters_rule_says_min_masters() {
+        let crd = serde_json::to_string(&RedisCluster::crd()).unwrap();
+        assert!(
+            crd.contains(&format!("self >= {MIN_MASTERS}")),
+            "the CRD's rule on spec.masters must match MIN_MASTERS"
+        );
+    }
+
+    #[test]
     fn version_rule_lists_exactly_the_catalog() {
         let crd = serde_json::to_string(&RedisCluster::crd()).unwrap();
         let rule = format!("self in {}", catalog::cel_version_list());

@@ -58,7 +58,7 @@ pub(crate) mod server {
     use leptos::prelude::*;
     use leptos_axum::ResponseOptions;
     use serde_json::json;
-    use slotkeeper_api::{FailoverSpec, OperationType, RedisCluster, RedisOperation, RedisOperationSpec};
+    use slotkeeper_api::{FailoverSpec, MIN_MASTERS, OperationType, RedisCluster, RedisOperation, RedisOperationSpec};
     use slotkeeper_readmodel::ClusterKey;
 
     use crate::Console;
@@ -106,6 +106,17 @@ pub(crate) mod server {
             Some(session) => Some(session.clone()),
             None => {
                 finish(request, paths::SIGN_IN, refused("Sign in first; nothing was changed."));
+                None
+            }
+        }
+    }
+
+    /// A client acting as the user, or the refusal shown on `page`.
+    fn client_as(request: &Request, session: &Session, page: &str) -> Option<kube::Client> {
+        match request.console.users.client(session) {
+            Ok(client) => Some(client),
+            Err(e) => {
+                finish(request, page, refused(format!("Cannot act as {}: {e}; nothing was changed.", session.user)));
                 None
             }
         }
@@ -173,9 +184,11 @@ pub(crate) mod server {
                 }
                 if let Some(m) = masters
                     && m < current_masters
+                    && m >= MIN_MASTERS
                     && confirmed.as_deref() != Some("yes")
                 {
-                    // Show what a scale-in moves, and whether the data fits, before it is made.
+                    // Show what a scale-in moves, and whether the data fits, before it is made
+                    // (one below the minimum goes straight to Kubernetes, which says why not).
                     let preview = paths::scale_preview(&key, m, replicas.unwrap_or(current_replicas));
                     return finish(&request, &preview, None);
                 }
@@ -186,10 +199,7 @@ pub(crate) mod server {
             }
             None => (masters, replicas),
         };
-        let client = match request.console.users.client(&session) {
-            Ok(client) => client,
-            Err(e) => return finish(&request, &page, refused(format!("Cannot act as {}: {e}", session.user))),
-        };
+        let Some(client) = client_as(&request, &session, &page) else { return };
         let api: Api<RedisCluster> = Api::namespaced(client, &namespace);
         let params = PatchParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() };
         let mut done = Vec::new();
@@ -237,10 +247,7 @@ pub(crate) mod server {
                 refused(format!("target {target:?} is not `shard:pod`; choose a replica from the list.")),
             );
         };
-        let client = match request.console.users.client(&session) {
-            Ok(client) => client,
-            Err(e) => return finish(&request, &page, refused(format!("Cannot act as {}: {e}", session.user))),
-        };
+        let Some(client) = client_as(&request, &session, &page) else { return };
         let mut operation = RedisOperation::new(
             "",
             RedisOperationSpec {
@@ -278,10 +285,7 @@ pub(crate) mod server {
             "false" => false,
             other => return finish(&request, &page, refused(format!("paused must be true or false, not {other:?}."))),
         };
-        let client = match request.console.users.client(&session) {
-            Ok(client) => client,
-            Err(e) => return finish(&request, &page, refused(format!("Cannot act as {}: {e}", session.user))),
-        };
+        let Some(client) = client_as(&request, &session, &page) else { return };
         let api: Api<RedisCluster> = Api::namespaced(client, &namespace);
         let params = PatchParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() };
         let verb = if paused { "pause" } else { "resume" };

@@ -6,7 +6,8 @@ use std::sync::Arc;
 
 use axum::Extension;
 use axum::body::Body;
-use axum::extract::{Path, Query, Request, State};
+use axum::extract::{FromRequestParts, Path, Query, Request, State};
+use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, Uri, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Redirect, Response};
@@ -90,105 +91,93 @@ fn signed_out(console: &Console, headers: &HeaderMap, uri: &Uri) -> Response {
     response
 }
 
-fn access_failed(
-    console: &Console,
-    error: AccessError,
-    headers: &HeaderMap,
-    uri: &Uri,
-    session: &Session,
-    nonce: &str,
-) -> Response {
-    match error {
-        AccessError::SignedOut => signed_out(console, headers, uri),
-        AccessError::Kube(error) => {
-            tracing::warn!(user = %session.user, %error, "console: access check failed");
-            let text = format!("Cannot ask Kubernetes what you may see: {error}. Try again in a moment.");
-            let shell = Shell {
-                title: "Kubernetes unreachable".into(),
-                session: Some(session),
-                nonce,
-                flash: None,
-                live: None,
-            };
-            let body = document(shell, || view! { <h1>"Kubernetes did not answer"</h1><p>{text}</p> }.into_any());
-            html(StatusCode::BAD_GATEWAY, headers, body)
+/// A page request from a signed-in user: the session, this response's
+/// nonce, and the request's headers (for the one-time message). Anyone else
+/// is sent to sign in; while the session key loads, the console answers 503.
+pub struct Visit {
+    console: Arc<Console>,
+    session: Session,
+    nonce: String,
+    headers: HeaderMap,
+    uri: Uri,
+}
+
+impl FromRequestParts<Arc<Console>> for Visit {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, console: &Arc<Console>) -> Result<Self, Response> {
+        if console.keys.get().is_none() {
+            return Err(starting());
         }
+        let Some(session) = parts.extensions.get::<Session>().cloned() else { return Err(to_sign_in(&parts.uri)) };
+        let nonce = parts.extensions.get::<Nonce>().map(|n| n.0.clone()).unwrap_or_default();
+        Ok(Visit { console: console.clone(), session, nonce, headers: parts.headers.clone(), uri: parts.uri.clone() })
     }
 }
 
-pub async fn clusters_page(
-    State(console): State<Arc<Console>>,
-    session: Option<Extension<Session>>,
-    Extension(Nonce(nonce)): Extension<Nonce>,
-    headers: HeaderMap,
-    uri: Uri,
-    Query(filter): Query<clusters::Filter>,
-) -> Response {
-    if console.keys.get().is_none() {
-        return starting();
+impl Visit {
+    /// A whole page; the one-time message, if any, is shown and cleared.
+    fn page(
+        &self,
+        status: StatusCode,
+        title: String,
+        live: Option<String>,
+        content: impl FnOnce() -> AnyView,
+    ) -> Response {
+        let flash = flash(&self.console, &self.headers);
+        let shell = Shell { title, session: Some(&self.session), nonce: &self.nonce, flash, live };
+        html(status, &self.headers, document(shell, content))
     }
-    let Some(Extension(session)) = session else { return to_sign_in(&uri) };
+
+    fn access_failed(&self, error: AccessError) -> Response {
+        match error {
+            AccessError::SignedOut => signed_out(&self.console, &self.headers, &self.uri),
+            AccessError::Kube(error) => {
+                tracing::warn!(user = %self.session.user, %error, "console: access check failed");
+                let text = format!("Cannot ask Kubernetes what you may see: {error}. Try again in a moment.");
+                self.page(StatusCode::BAD_GATEWAY, "Kubernetes unreachable".into(), None, || {
+                    view! { <h1>"Kubernetes did not answer"</h1><p>{text}</p> }.into_any()
+                })
+            }
+        }
+    }
+
+    /// The answer for a cluster that does not exist and for one the user may
+    /// not see: the same, so the page tells nothing about what the user may not see.
+    fn not_found(&self, key: &ClusterKey) -> Response {
+        let text = format!("RedisCluster {key} does not exist, or {} may not see it.", self.session.user);
+        self.page(StatusCode::NOT_FOUND, "Not found".into(), None, || {
+            view! { <h1>"Not found"</h1><p>{text}</p><p><a href="/">"All clusters"</a></p> }.into_any()
+        })
+    }
+}
+
+pub async fn clusters_page(visit: Visit, Query(filter): Query<clusters::Filter>) -> Response {
+    let console = &visit.console;
     let all = console.readmodel.clusters();
     let present = crate::access::namespaces_of(&all).into_keys().collect();
-    let visible = match console.access.cluster_namespaces(&console.users, &session, &present).await {
+    let visible = match console.access.cluster_namespaces(&console.users, &visit.session, &present).await {
         Ok(visible) => visible,
-        Err(error) => return access_failed(&console, error, &headers, &uri, &session, &nonce),
+        Err(error) => return visit.access_failed(error),
     };
     let now = Timestamp::now();
     let live = paths::live_clusters(&filter.query());
     let snapshot = clusters::snapshot(&console.readmodel, &visible, filter, now);
     let rows: Vec<Arc<str>> = snapshot.rows.iter().map(|r| console.renders.row(&console.readmodel, r, now)).collect();
-    let shell = Shell {
-        title: "Clusters".into(),
-        session: Some(&session),
-        nonce: &nonce,
-        flash: flash(&console, &headers),
-        live: Some(live),
-    };
-    let body = document(shell, || clusters::page(&snapshot, &rows));
-    html(StatusCode::OK, &headers, body)
+    visit.page(StatusCode::OK, "Clusters".into(), Some(live), || clusters::page(&snapshot, &rows))
 }
 
-/// The answer for a cluster that does not exist and for one the user may not
-/// see: the same, so the page tells nothing about what the user may not see.
-fn not_found(console: &Console, key: &ClusterKey, session: &Session, nonce: &str, headers: &HeaderMap) -> Response {
-    let text = format!("RedisCluster {key} does not exist, or {} may not see it.", session.user);
-    let flash = flash(console, headers);
-    let shell = Shell { title: "Not found".into(), session: Some(session), nonce, flash, live: None };
-    let body =
-        document(shell, || view! { <h1>"Not found"</h1><p>{text}</p><p><a href="/">"All clusters"</a></p> }.into_any());
-    html(StatusCode::NOT_FOUND, headers, body)
-}
-
-pub async fn cluster_page(
-    State(console): State<Arc<Console>>,
-    session: Option<Extension<Session>>,
-    Extension(Nonce(nonce)): Extension<Nonce>,
-    headers: HeaderMap,
-    uri: Uri,
-    Path((namespace, name)): Path<(String, String)>,
-) -> Response {
-    if console.keys.get().is_none() {
-        return starting();
-    }
-    let Some(Extension(session)) = session else { return to_sign_in(&uri) };
+pub async fn cluster_page(visit: Visit, Path((namespace, name)): Path<(String, String)>) -> Response {
+    let console = &visit.console;
     let key = ClusterKey::new(namespace, name);
-    let access = match ClusterAccess::of(&console.access, &console.users, &session, &key).await {
+    let access = match ClusterAccess::of(&console.access, &console.users, &visit.session, &key).await {
         Ok(access) => access,
-        Err(error) => return access_failed(&console, error, &headers, &uri, &session, &nonce),
+        Err(error) => return visit.access_failed(error),
     };
     let snapshot =
         access.view.allowed.then(|| cluster::snapshot(&console.readmodel, &key, access, Timestamp::now())).flatten();
-    let Some(snapshot) = snapshot else { return not_found(&console, &key, &session, &nonce, &headers) };
-    let shell = Shell {
-        title: format!("{key}"),
-        session: Some(&session),
-        nonce: &nonce,
-        flash: flash(&console, &headers),
-        live: Some(paths::live_cluster(&key)),
-    };
-    let body = document(shell, || cluster::page(&snapshot));
-    html(StatusCode::OK, &headers, body)
+    let Some(snapshot) = snapshot else { return visit.not_found(&key) };
+    visit.page(StatusCode::OK, key.to_string(), Some(paths::live_cluster(&key)), || cluster::page(&snapshot))
 }
 
 #[derive(Debug, Deserialize)]
@@ -198,41 +187,24 @@ pub struct ScaleQuery {
 }
 
 pub async fn scale_preview(
-    State(console): State<Arc<Console>>,
-    session: Option<Extension<Session>>,
-    Extension(Nonce(nonce)): Extension<Nonce>,
-    headers: HeaderMap,
-    uri: Uri,
+    visit: Visit,
     Path((namespace, name)): Path<(String, String)>,
     Query(query): Query<ScaleQuery>,
 ) -> Response {
-    if console.keys.get().is_none() {
-        return starting();
-    }
-    let Some(Extension(session)) = session else { return to_sign_in(&uri) };
+    let console = &visit.console;
     let key = ClusterKey::new(namespace, name);
     let checks = vec![Check::cluster("get", &key), Check::scale(&key)];
-    let (view, permission) = match console.access.check_all(&console.users, &session, checks).await {
+    let (view, permission) = match console.access.check_all(&console.users, &visit.session, checks).await {
         Ok(verdicts) => (verdicts[0].clone(), verdicts[1].clone()),
-        Err(error) => return access_failed(&console, error, &headers, &uri, &session, &nonce),
+        Err(error) => return visit.access_failed(error),
     };
-    let cluster = console.readmodel.cluster(&key).filter(|_| view.allowed);
-    let Some(cluster) = cluster else { return not_found(&console, &key, &session, &nonce, &headers) };
+    let Some(cluster) = console.readmodel.cluster(&key).filter(|_| view.allowed) else { return visit.not_found(&key) };
     let observation = console.readmodel.observation(&key);
     let nodes = crate::view::topology::nodes(&cluster, observation.as_deref());
     let current = cluster.spec.masters.max(0) as usize;
-    let to = query.masters.max(0) as usize;
     let replicas = query.replicas.unwrap_or(cluster.spec.replicas_per_master);
-    let preview = scale::preview(&key, &nodes, current, to, replicas);
-    let shell = Shell {
-        title: format!("Scale {key} in"),
-        session: Some(&session),
-        nonce: &nonce,
-        flash: flash(&console, &headers),
-        live: None,
-    };
-    let body = document(shell, || scale::page(&preview, &permission));
-    html(StatusCode::OK, &headers, body)
+    let preview = scale::preview(&key, &nodes, current, query.masters.max(0) as usize, replicas);
+    visit.page(StatusCode::OK, format!("Scale {key} in"), None, || scale::page(&preview, &permission))
 }
 
 #[derive(Debug, Deserialize)]

@@ -152,6 +152,35 @@ pub fn redis_cli_check(ip: &str, password: &str) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// One HTTP/1.1 request to 127.0.0.1:`port` with extra header lines (each
+/// `Name: value`) and a form body; returns (status, head, body).
+pub async fn http_request(
+    port: u16,
+    method: &str,
+    path: &str,
+    headers: &[String],
+    form: Option<&str>,
+) -> (u16, String, String) {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.expect("console listens");
+    let mut request = format!("{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n");
+    for header in headers {
+        request += &format!("{header}\r\n");
+    }
+    if let Some(form) = form {
+        request += &format!("Content-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\n", form.len());
+    }
+    request += "\r\n";
+    request += form.unwrap_or_default();
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut response = Vec::new();
+    stream.read_to_end(&mut response).await.unwrap();
+    let text = String::from_utf8_lossy(&response).into_owned();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let status = head.split_whitespace().nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
+    (status, head.to_owned(), body.to_owned())
+}
+
 /// GET on 127.0.0.1:`port`; (2xx, body).
 pub async fn http_get(port: u16, path: &str) -> (bool, String) {
     use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};

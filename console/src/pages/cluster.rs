@@ -7,7 +7,7 @@ use std::sync::Arc;
 use k8s_openapi::jiff::Timestamp;
 use leptos::prelude::*;
 use slotkeeper_api::topology::SLOTS;
-use slotkeeper_api::{RedisCluster, RedisOperation};
+use slotkeeper_api::{MIN_MASTERS, RedisCluster, RedisOperation};
 use slotkeeper_readmodel::{ClusterKey, EventView, NodeView, Observation, ReadModel, Role, Sample, Source};
 
 use super::{clusters, fragment};
@@ -204,8 +204,8 @@ fn actions(page: &ClusterPage) -> AnyView {
                     <h3>"Scale"</h3>
                     <ActionForm action=scale>
                         {scale_key}
-                        <label for="scale-masters">"Masters (at least 3)"</label>
-                        <input id="scale-masters" type="number" name="masters" min="3" value=masters disabled=!can_masters aria-describedby="scale-masters-why"/>
+                        <label for="scale-masters">{format!("Masters (at least {MIN_MASTERS})")}</label>
+                        <input id="scale-masters" type="number" name="masters" min=MIN_MASTERS value=masters disabled=!can_masters aria-describedby="scale-masters-why"/>
                         <label for="scale-replicas">"Replicas per master (0–5)"</label>
                         <input id="scale-replicas" type="number" name="replicas" min="0" max="5" value=replicas disabled=!can_replicas aria-describedby="scale-replicas-why"/>
                         <button type="submit" id="scale-submit" disabled=!can_scale>"Scale"</button>

@@ -158,10 +158,8 @@ pub fn version(cluster: &RedisCluster, observation: Option<&Observation>) -> Str
 /// `12.0 MiB of 96.0 MiB`, or `—` before the first observation.
 pub fn memory(observation: Option<&Observation>) -> String {
     let Some(observation) = observation else { return "—".into() };
-    match observation.memory() {
-        (used, 0) => format!("{} (no limit)", format::bytes(used)),
-        (used, max) => format!("{} of {}", format::bytes(used), format::bytes(max)),
-    }
+    let (used, max) = observation.memory();
+    format::memory(used, max)
 }
 
 /// The element id of a cluster's row, which the live stream replaces alone

@@ -17,6 +17,14 @@ pub fn bytes(n: u64) -> String {
     format!("{value:.1} {}", UNITS[unit])
 }
 
+/// `12.0 MiB of 96.0 MiB`, or `12.0 MiB (no limit)` when maxmemory is 0.
+pub fn memory(used: u64, maxmemory: u64) -> String {
+    match maxmemory {
+        0 => format!("{} (no limit)", bytes(used)),
+        max => format!("{} of {}", bytes(used), bytes(max)),
+    }
+}
+
 /// `950`, `12.3k`, `4.1M`.
 pub fn count(n: f64) -> String {
     if n >= 1e6 {

@@ -197,14 +197,7 @@ fn node_box(node: &NodeView, x: i32, y: i32) -> impl IntoView + use<> {
 }
 
 fn node_row(node: &NodeView) -> impl IntoView + use<> {
-    let memory = if node.reachable {
-        match node.memory.maxmemory {
-            0 => format!("{} (no limit)", format::bytes(node.memory.used)),
-            max => format!("{} of {}", format::bytes(node.memory.used), format::bytes(max)),
-        }
-    } else {
-        "—".into()
-    };
+    let memory = if node.reachable { format::memory(node.memory.used, node.memory.maxmemory) } else { "—".into() };
     let role = match node.role() {
         Role::Replica => format!("replica of {}", node.master_pod.as_deref().unwrap_or("?")),
         other => other.as_str().to_owned(),
