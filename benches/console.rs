@@ -25,8 +25,8 @@ use hyper_util::client::legacy::Client as HttpClient;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use kube::Api;
-use kube::api::{ListParams, Patch, PatchParams};
-use slotkeeper_api::{Phase, RedisCluster};
+use kube::api::{Patch, PatchParams};
+use slotkeeper_api::RedisCluster;
 
 const CLUSTERS: usize = 50;
 const LIST_STREAMS: usize = 50;
@@ -41,11 +41,43 @@ fn percentile(samples: &mut [f64], q: f64) -> f64 {
     samples[((samples.len() - 1) as f64 * q).round() as usize]
 }
 
+/// CPU seconds the operator has used so far: all threads, and its `http`
+/// thread (the console and /metrics) alone, from /proc.
+fn cpu_seconds(pid: u32) -> (f64, f64) {
+    let ticks = |stat: &str| -> f64 {
+        // Fields after the command's closing parenthesis: utime and stime are the 12th and 13th.
+        let fields: Vec<&str> = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("").split_whitespace().collect();
+        fields.get(11..13).map(|f| f.iter().filter_map(|v| v.parse::<f64>().ok()).sum::<f64>() / 100.0).unwrap_or(0.0)
+    };
+    let total = ticks(&std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default());
+    let mut http = 0.0;
+    for task in std::fs::read_dir(format!("/proc/{pid}/task")).into_iter().flatten().flatten() {
+        let comm = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
+        if comm.trim() == "http" {
+            http += ticks(&std::fs::read_to_string(task.path().join("stat")).unwrap_or_default());
+        }
+    }
+    (total, http)
+}
+
 /// Reconciles, p50/p99 and resident memory over one window.
 async fn window(operator: &Operator, what: &str) -> (String, String, f64, f64) {
     let before = operator.metrics().await;
-    tokio::time::sleep(WINDOW).await;
+    let cpu_before = cpu_seconds(operator.process.pid());
+    let mut rss_seen = Vec::new();
+    for _ in 0..6 {
+        tokio::time::sleep(WINDOW / 6).await;
+        rss_seen.push(format!("{:.1}", sum(&operator.metrics().await, "process_resident_memory_bytes") / 1048576.0));
+    }
     let after = operator.metrics().await;
+    let cpu_after = cpu_seconds(operator.process.pid());
+    println!("  {what}: resident memory through the window (MiB): {}", rss_seen.join(", "));
+    println!(
+        "  {what}: operator CPU {:.1} s over {:.0} s ({:.1} s of it on the http thread: console and /metrics)",
+        cpu_after.0 - cpu_before.0,
+        WINDOW.as_secs_f64(),
+        cpu_after.1 - cpu_before.1
+    );
     let (b, a) = (buckets(&before), buckets(&after));
     let reconciles =
         sum(&after, "controller_runtime_reconcile_total") - sum(&before, "controller_runtime_reconcile_total");
@@ -96,8 +128,25 @@ async fn sign_in(http: &Http, port: u16, token: &str) -> String {
         .to_owned()
 }
 
-/// Opens a live stream; every `fragment` event is handed to `seen` with its arrival time.
-fn open_stream(http: Http, port: u16, path: String, cookie: String, seen: Arc<Mutex<Vec<(Instant, String)>>>) {
+/// Fragments received on all streams, and those about the probe cluster
+/// with their arrival time (kept small: the bench shares the machine).
+#[derive(Default)]
+struct Received {
+    all: usize,
+    probe: Vec<(Instant, String)>,
+}
+
+/// Opens a page as a browser does: renders it, then opens the live stream
+/// it names (which starts from what the page shows), recording what arrives.
+async fn open_page(http: &Http, port: u16, page: &str, cookie: &str, seen: Arc<Mutex<Received>>) {
+    let response = http.request(request("GET", port, page, Some(cookie), None)).await.unwrap();
+    let body = String::from_utf8(response.into_body().collect().await.unwrap().to_bytes().to_vec()).unwrap();
+    let live = body.split("data-live=\"").nth(1).and_then(|r| r.split('"').next()).expect("the page names its stream");
+    open_stream(http.clone(), port, live.replace("&amp;", "&"), cookie.to_owned(), seen);
+}
+
+/// Opens a live stream and records what arrives on it.
+fn open_stream(http: Http, port: u16, path: String, cookie: String, seen: Arc<Mutex<Received>>) {
     tokio::spawn(async move {
         let response = http.request(request("GET", port, &path, Some(&cookie), None)).await.expect("stream opens");
         assert_eq!(response.status(), 200, "{path}");
@@ -109,7 +158,11 @@ fn open_stream(http: Http, port: u16, path: String, cookie: String, seen: Arc<Mu
             while let Some(end) = buffer.find("\n\n") {
                 let event: String = buffer.drain(..end + 2).collect();
                 if event.contains("event: fragment") {
-                    seen.lock().unwrap().push((Instant::now(), event));
+                    let mut seen = seen.lock().unwrap();
+                    seen.all += 1;
+                    if event.contains("probe") || path.contains("/probe?") {
+                        seen.probe.push((Instant::now(), event));
+                    }
                 }
             }
         }
@@ -141,22 +194,11 @@ fn main() {
 
         println!("phase 1: the operator without the console");
         let quiet = start_operator_with(env, "bench-no-console", &[("SLOTKEEPER_CONSOLE", "false")]);
-        let mut manifests: String = (0..CLUSTERS)
-            .map(|i| format!("---\napiVersion: slotkeeper.io/v1alpha1\nkind: RedisCluster\nmetadata: {{name: c{i:02}, namespace: {ns}}}\nspec: {{masters: 3, version: 7.0.15}}\n"))
-            .collect();
         // A paused cluster whose status the bench changes by hand: the operator leaves a paused cluster's phase alone.
-        manifests += &format!("---\napiVersion: slotkeeper.io/v1alpha1\nkind: RedisCluster\nmetadata: {{name: probe, namespace: {ns}}}\nspec: {{masters: 3, version: 7.0.15, paused: true}}\n");
-        let started = Instant::now();
-        let (ok, out) = kubectl(env, &["apply", "-f", "-"], Some(&manifests));
-        assert!(ok, "{out}");
+        let probe = format!("---\napiVersion: slotkeeper.io/v1alpha1\nkind: RedisCluster\nmetadata: {{name: probe, namespace: {ns}}}\nspec: {{masters: 3, version: 7.0.15, paused: true}}\n");
+        let took = create_clusters(env, &ns, CLUSTERS, &probe).await;
         let api: Api<RedisCluster> = Api::namespaced(client.clone(), &ns);
-        wait_until("all clusters Running", Duration::from_secs(900), || async {
-            let list = api.list(&ListParams::default()).await.ok()?;
-            let running = list.items.iter().filter(|c| c.status.as_ref().and_then(|s| s.phase) == Some(Phase::Running)).count();
-            (running == CLUSTERS).then_some(())
-        })
-        .await;
-        println!("  {CLUSTERS} clusters Running after {:.0}s", started.elapsed().as_secs_f64());
+        println!("  {CLUSTERS} clusters Running after {:.0}s", took.as_secs_f64());
         tokio::time::sleep(Duration::from_secs(15)).await;
         let (_, p99_off, rss_off, _) = window(&quiet, "console off").await;
         drop(quiet);
@@ -173,17 +215,25 @@ fn main() {
         // The new replica takes the Lease once the old one's expires (15 s),
         // then observes every cluster once, before the window opens.
         tokio::time::sleep(Duration::from_secs(40)).await;
-        let seen: Arc<Mutex<Vec<(Instant, String)>>> = Arc::default();
+        let rss = |text: String| sum(&text, "process_resident_memory_bytes") / 1048576.0;
+        println!("  leading, serving, no page open: resident memory {:.1} MiB", rss(serving.metrics().await));
+        let _ = page_times(&http, port, &cookie, &["/".to_owned(), format!("/clusters/{ns}/c01")], 20).await;
+        println!("  after 20 page renders: resident memory {:.1} MiB", rss(serving.metrics().await));
+        let seen: Arc<Mutex<Received>> = Arc::default();
         for _ in 0..LIST_STREAMS {
-            open_stream(http.clone(), port, "/live/clusters".into(), cookie.clone(), seen.clone());
+            open_page(&http, port, "/", &cookie, seen.clone()).await;
         }
         for i in 0..CLUSTER_STREAMS {
             let name = if i == 0 { "probe".to_owned() } else { format!("c{:02}", i % CLUSTERS) };
-            open_stream(http.clone(), port, format!("/live/clusters/{ns}/{name}"), cookie.clone(), seen.clone());
+            open_page(&http, port, &format!("/clusters/{ns}/{name}"), &cookie, seen.clone()).await;
         }
         tokio::time::sleep(Duration::from_secs(5)).await;
-        let initial = seen.lock().unwrap().len();
-        println!("  streams open; {initial} fragments received on connecting");
+        let initial = seen.lock().unwrap().all;
+        println!(
+            "  {} pages open, each with its live stream; {initial} fragments received since; resident memory {:.1} MiB",
+            LIST_STREAMS + CLUSTER_STREAMS,
+            rss(serving.metrics().await)
+        );
 
         let measuring = {
             let (http, cookie, ns) = (http.clone(), cookie.clone(), ns.clone());
@@ -211,6 +261,7 @@ fn main() {
                     let arrivals: Vec<f64> = seen
                         .lock()
                         .unwrap()
+                        .probe
                         .iter()
                         .filter(|(at, _)| *at >= changed)
                         .filter(|(_, event)| {
@@ -231,7 +282,7 @@ fn main() {
         let (p50_on, p99_on, rss_on, _) = window(&serving, "console on").await;
         let (mut list, mut cluster) = measuring.await.unwrap();
         let (mut delays, missed) = flips.await.unwrap();
-        let received = seen.lock().unwrap().len();
+        let received = seen.lock().unwrap().all;
 
         println!();
         println!("results ({CLUSTERS} clusters of 3 masters, {} live streams):", LIST_STREAMS + CLUSTER_STREAMS);

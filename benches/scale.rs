@@ -15,7 +15,7 @@ use common::operator::*;
 use common::*;
 use kube::Api;
 use kube::api::ListParams;
-use slotkeeper_operator::api::{Phase, RedisCluster};
+use slotkeeper_operator::api::RedisCluster;
 
 const CLUSTERS: usize = 50;
 const WINDOW: Duration = Duration::from_secs(120);
@@ -27,20 +27,9 @@ fn main() {
         let operator = shared_operator(env);
         let client = env.client().await.unwrap();
         let ns = namespace(&client, "bench-scale").await;
-        let manifests: String = (0..CLUSTERS)
-            .map(|i| format!("---\napiVersion: slotkeeper.io/v1alpha1\nkind: RedisCluster\nmetadata: {{name: c{i:02}, namespace: {ns}}}\nspec: {{masters: 3, version: 7.0.15}}\n"))
-            .collect();
-        let started = Instant::now();
-        let (ok, out) = kubectl(env, &["apply", "-f", "-"], Some(&manifests));
-        assert!(ok, "{out}");
+        let took = create_clusters(env, &ns, CLUSTERS, "").await;
         let api: Api<RedisCluster> = Api::namespaced(client.clone(), &ns);
-        wait_until("all clusters Running", Duration::from_secs(900), || async {
-            let list = api.list(&ListParams::default()).await.ok()?;
-            let running = list.items.iter().filter(|c| c.status.as_ref().and_then(|s| s.phase) == Some(Phase::Running)).count();
-            (running == CLUSTERS).then_some(())
-        })
-        .await;
-        println!("{CLUSTERS} clusters of 3 masters Running after {:.0}s", started.elapsed().as_secs_f64());
+        println!("{CLUSTERS} clusters of 3 masters Running after {:.0}s", took.as_secs_f64());
 
         tokio::time::sleep(Duration::from_secs(10)).await;
         // The floor, measured beside the operator in the same window: the

@@ -57,6 +57,27 @@ struct RunArgs {
     leader_election_namespace: String,
 }
 
+/// Serves `app` on a runtime of its own, one worker thread: however busy the
+/// console gets (renders, a hundred live streams), it runs beside the
+/// controller's runtime, not on its threads, and cannot delay a reconcile
+/// by more than the machine's CPU share. Resolves if the server stops.
+fn serve_apart(
+    addr: std::net::SocketAddr,
+    app: axum::Router,
+) -> std::io::Result<tokio::sync::oneshot::Receiver<std::io::Result<()>>> {
+    let (stopped, server) = tokio::sync::oneshot::channel();
+    std::thread::Builder::new().name("http".into()).spawn(move || {
+        let result = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("http")
+            .enable_all()
+            .build()
+            .and_then(|runtime| runtime.block_on(server::serve(addr, app)));
+        let _ = stopped.send(result);
+    })?;
+    Ok(server)
+}
+
 #[derive(Clone, Copy, ValueEnum)]
 enum LogFormat {
     Json,
@@ -104,7 +125,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
             key_namespace: args.leader_election_namespace.clone(),
         }));
     }
-    let server = tokio::spawn(server::serve(args.http_addr, app));
+    let mut server = serve_apart(args.http_addr, app)?;
     tracing::info!(namespace = namespace.unwrap_or("<all>"), instance = %args.instance, console = args.console, "slotkeeper operator starting");
 
     let (caches, triggers) = Caches::new(&client, namespace);
@@ -123,7 +144,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         _ = elector.acquire() => {}
         _ = sampler.run() => {}
         _ = tokio::signal::ctrl_c() => return Ok(()),
-        result = server => anyhow::bail!("HTTP server stopped: {result:?}"),
+        result = &mut server => anyhow::bail!("HTTP server stopped: {result:?}"),
     }
     // Leading now: reconciles publish what they observe; the sampler stops.
     drop(sampler);

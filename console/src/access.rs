@@ -1,5 +1,5 @@
 //! What the signed-in user may do, asked of the apiserver as that user
-//! (SelfSubjectAccessReview) and kept for a few seconds. The read model
+//! (SelfSubjectAccessReview) and kept for 30 s. The read model
 //! holds everything the operator sees; a page shows only what the user may
 //! `get`, and a button the user may not use is disabled with the reason.
 //! The apiserver still decides every write: this only avoids offering what
@@ -18,7 +18,7 @@ use slotkeeper_readmodel::ClusterKey;
 use crate::session::Session;
 use crate::users::UserClients;
 
-const KEEP: Duration = Duration::from_secs(10);
+const KEEP: Duration = Duration::from_secs(30);
 const MOST: usize = 20_000;
 
 /// One question: may the user do `verb` on `resource` (in `namespace`, on `name`)?

@@ -18,7 +18,7 @@ pub async fn scale(
     replicas: Option<String>,
     confirmed: Option<String>,
 ) -> Result<(), ServerFnError> {
-    server::scale(namespace, name, masters, replicas, confirmed).await;
+    server::scale(Scale { namespace, name, masters, replicas, confirmed }).await;
     Ok(())
 }
 
@@ -149,13 +149,8 @@ pub(crate) mod server {
         }
     }
 
-    pub async fn scale(
-        namespace: String,
-        name: String,
-        masters: Option<String>,
-        replicas: Option<String>,
-        confirmed: Option<String>,
-    ) {
+    pub async fn scale(form: super::Scale) {
+        let super::Scale { namespace, name, masters, replicas, confirmed } = form;
         let request = request();
         let Some(session) = signed_in(&request) else { return };
         let key = ClusterKey::new(&namespace, &name);

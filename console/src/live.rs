@@ -7,7 +7,6 @@
 
 use std::collections::HashMap;
 use std::convert::Infallible;
-use std::hash::{DefaultHasher, Hash as _, Hasher as _};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -25,7 +24,9 @@ use tokio::sync::mpsc;
 
 use crate::Console;
 use crate::access::ClusterAccess;
+use crate::pages::cluster::FRAGMENTS;
 use crate::pages::clusters::{self, Filter};
+use crate::render::{digest, parse_digests};
 use crate::session::Session;
 
 /// Changes arriving closer together than this are sent as one update.
@@ -42,10 +43,11 @@ fn fragment(id: &str, html: &str) -> Event {
     Event::default().event("fragment").data(format!("{id}\n{html}"))
 }
 
-fn digest(html: &str) -> u64 {
-    let mut hasher = DefaultHasher::new();
-    html.hash(&mut hasher);
-    hasher.finish()
+/// What the page that opened the stream already shows (`seen=…`).
+#[derive(Debug, Default, serde::Deserialize)]
+pub struct Seen {
+    #[serde(default)]
+    seen: String,
 }
 
 fn unauthorized() -> Response {
@@ -96,8 +98,10 @@ pub async fn clusters(
     State(console): State<Arc<Console>>,
     session: Option<Extension<Session>>,
     Query(filter): Query<Filter>,
+    Query(seen): Query<Seen>,
 ) -> Response {
     let Some(Extension(session)) = session else { return unauthorized() };
+    let mut shown = parse_digests(&seen.seen).first().copied();
     let (out, events) = mpsc::channel(16);
     tokio::spawn(async move {
         let mut changes = console.readmodel.subscribe();
@@ -130,7 +134,10 @@ pub async fn clusters(
             let mut updates = Vec::new();
             if keys != order || keys.is_empty() {
                 let html = Owner::new().with(|| clusters::table(&snapshot, &rows).to_html());
-                if sent.insert("clusters".into(), digest(&html)) != Some(digest(&html)) {
+                // The page already shows this table: start from it.
+                let known = sent.get("clusters").copied().or(shown.take());
+                sent.insert("clusters".into(), digest(&html));
+                if known != Some(digest(&html)) {
                     updates.push(fragment("clusters", &html));
                 }
                 for (key, row) in keys.iter().zip(&rows) {
@@ -159,15 +166,18 @@ pub async fn cluster(
     State(console): State<Arc<Console>>,
     session: Option<Extension<Session>>,
     Path((namespace, name)): Path<(String, String)>,
+    Query(seen): Query<Seen>,
 ) -> Response {
     let Some(Extension(session)) = session else { return unauthorized() };
     let key = ClusterKey::new(namespace, name);
     let (out, events) = mpsc::channel(32);
+    // The fragments the page already shows are not sent again.
+    let shown: HashMap<&'static str, u64> = FRAGMENTS.iter().copied().zip(parse_digests(&seen.seen)).collect();
     tokio::spawn(async move {
         let mut changes = console.readmodel.subscribe();
         let mut tick = tokio::time::interval(CLUSTER_TICK);
         tick.tick().await;
-        let mut sent: HashMap<&'static str, u64> = HashMap::new();
+        let mut sent = shown;
         let relevant = |change: &Change| change.touches(&key);
         let mut first = true;
         loop {

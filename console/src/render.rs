@@ -25,10 +25,41 @@ type Version = ((u64, u64), i64);
 /// A cluster page's live fragments: (id, HTML) in page order.
 pub type Fragments = Arc<Vec<(&'static str, String)>>;
 
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn digests_survive_the_url() {
+        let param = digests_param(&["<p>a</p>", "<p>b</p>"]);
+        assert!(!param.contains(' ') && param.contains('.'));
+        assert_eq!(parse_digests(&param), vec![digest("<p>a</p>"), digest("<p>b</p>")]);
+        assert!(parse_digests("").is_empty());
+    }
+}
+
 #[derive(Default)]
 pub struct Renders {
     rows: Mutex<HashMap<ClusterKey, (Version, Arc<str>)>>,
     pages: Mutex<HashMap<(ClusterKey, u64), (Version, Fragments)>>,
+}
+
+/// A fingerprint of rendered HTML, the same on every replica of one
+/// version: a page names what it shows, so its live stream sends only what
+/// changed since.
+pub fn digest(html: &str) -> u64 {
+    let mut hasher = DefaultHasher::new();
+    html.hash(&mut hasher);
+    hasher.finish()
+}
+
+/// Digests as they travel in a live stream's URL (`seen=…`).
+pub fn digests_param(htmls: &[&str]) -> String {
+    htmls.iter().map(|h| format!("{:x}", digest(h))).collect::<Vec<_>>().join(".")
+}
+
+pub fn parse_digests(param: &str) -> Vec<u64> {
+    param.split('.').filter_map(|d| u64::from_str_radix(d, 16).ok()).collect()
 }
 
 fn bucket(now: Timestamp) -> i64 {

@@ -20,6 +20,7 @@ use crate::Console;
 use crate::access::{AccessError, Check, ClusterAccess};
 use crate::pages::shell::{Shell, document};
 use crate::pages::{cluster, clusters, paths, scale, signin};
+use crate::render;
 use crate::security::Nonce;
 use crate::session::{FLASH_COOKIE, Flash, SESSION_COOKIE, Session, cookie, over_tls, set_cookie};
 
@@ -161,10 +162,12 @@ pub async fn clusters_page(visit: Visit, Query(filter): Query<clusters::Filter>)
         Err(error) => return visit.access_failed(error),
     };
     let now = Timestamp::now();
-    let live = paths::live_clusters(&filter.query());
+    let query = filter.query();
     let snapshot = clusters::snapshot(&console.readmodel, &visible, filter, now);
     let rows: Vec<Arc<str>> = snapshot.rows.iter().map(|r| console.renders.row(&console.readmodel, r, now)).collect();
-    visit.page(StatusCode::OK, "Clusters".into(), Some(live), || clusters::page(&snapshot, &rows))
+    let table = Owner::new().with(|| clusters::table(&snapshot, &rows).to_html());
+    let live = paths::live_clusters(&query, &render::digests_param(&[&table]));
+    visit.page(StatusCode::OK, "Clusters".into(), Some(live), || clusters::page(&snapshot, &table))
 }
 
 pub async fn cluster_page(visit: Visit, Path((namespace, name)): Path<(String, String)>) -> Response {
@@ -174,10 +177,14 @@ pub async fn cluster_page(visit: Visit, Path((namespace, name)): Path<(String, S
         Ok(access) => access,
         Err(error) => return visit.access_failed(error),
     };
-    let snapshot =
-        access.view.allowed.then(|| cluster::snapshot(&console.readmodel, &key, access, Timestamp::now())).flatten();
-    let Some(snapshot) = snapshot else { return visit.not_found(&key) };
-    visit.page(StatusCode::OK, key.to_string(), Some(paths::live_cluster(&key)), || cluster::page(&snapshot))
+    let now = Timestamp::now();
+    let fragments =
+        access.view.allowed.then(|| console.renders.cluster(&console.readmodel, &key, &access, now)).flatten();
+    let snapshot = fragments.as_ref().and_then(|_| cluster::snapshot(&console.readmodel, &key, access, now));
+    let (Some(snapshot), Some(fragments)) = (snapshot, fragments) else { return visit.not_found(&key) };
+    let htmls: Vec<&str> = fragments.iter().map(|(_, h)| h.as_str()).collect();
+    let live = paths::live_cluster(&key, &render::digests_param(&htmls));
+    visit.page(StatusCode::OK, key.to_string(), Some(live), || cluster::page(&snapshot, &fragments))
 }
 
 #[derive(Debug, Deserialize)]

@@ -139,6 +139,31 @@ pub fn apply_cluster_spec(env: &Environment, ns: &str, name: &str, spec: &str) {
     assert!(ok, "{out}");
 }
 
+/// Applies `count` clusters `c00`, `c01`, … of 3 masters (and any `extra`
+/// manifests) in one `kubectl apply`, and waits until all are Running;
+/// returns how long that took.
+pub async fn create_clusters(env: &Environment, ns: &str, count: usize, extra: &str) -> Duration {
+    let manifests: String = (0..count)
+        .map(|i| format!("---\napiVersion: slotkeeper.io/v1alpha1\nkind: RedisCluster\nmetadata: {{name: c{i:02}, namespace: {ns}}}\nspec: {{masters: 3, version: 7.0.15}}\n"))
+        .collect();
+    let started = std::time::Instant::now();
+    let (ok, out) = kubectl(env, &["apply", "-f", "-"], Some(&format!("{manifests}{extra}")));
+    assert!(ok, "{out}");
+    let api: Api<RedisCluster> = Api::namespaced(env.client().await.unwrap(), ns);
+    wait_until(&format!("{count} clusters Running"), Duration::from_secs(900), || async {
+        let list = api.list(&Default::default()).await.ok()?;
+        let running = list
+            .items
+            .iter()
+            .filter(|c| c.metadata.name.as_deref().is_some_and(|n| n.starts_with('c')))
+            .filter(|c| c.status.as_ref().and_then(|s| s.phase) == Some(Phase::Running))
+            .count();
+        (running == count).then_some(())
+    })
+    .await;
+    started.elapsed()
+}
+
 pub async fn password(client: &kube::Client, ns: &str, name: &str) -> String {
     let secret = Api::<Secret>::namespaced(client.clone(), ns).get(&format!("{name}-password")).await.unwrap();
     String::from_utf8(secret.data.unwrap()["password"].0.clone()).unwrap()

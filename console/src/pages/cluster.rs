@@ -84,9 +84,13 @@ fn denied_or(permission: &Permission, content: impl FnOnce() -> AnyView) -> AnyV
     }
 }
 
-pub fn page(page: &ClusterPage) -> AnyView {
+/// The whole page, its live fragments already rendered (`fragments`, in
+/// [`FRAGMENTS`] order: the same HTML the live stream compares against).
+pub fn page(page: &ClusterPage, fragments: &[(&'static str, String)]) -> AnyView {
     let title = format!("{} in {}", page.key.name, page.key.namespace);
-    let (first, rest) = fragments_split(page);
+    let html = |range: std::ops::Range<usize>| -> String { fragments[range].iter().map(|(_, h)| h.as_str()).collect() };
+    // The status first (what a person opens the page for), then the actions, then the rest.
+    let (status, rest) = (html(0..1), html(1..fragments.len()));
     view! {
         <nav class="crumbs" aria-label="Breadcrumb">
             <a href="/">"Clusters"</a>" / "
@@ -94,19 +98,11 @@ pub fn page(page: &ClusterPage) -> AnyView {
             " / "{page.key.name.clone()}
         </nav>
         <h1>{title}</h1>
-        {first}
+        <div class="fragments" inner_html=status></div>
         {actions(page)}
-        {rest}
+        <div class="fragments" inner_html=rest></div>
     }
     .into_any()
-}
-
-/// The status first (what a person opens the page for), then the actions,
-/// then everything else.
-fn fragments_split(page: &ClusterPage) -> (AnyView, AnyView) {
-    let first = render_fragment(page, FRAGMENTS[0]);
-    let rest = FRAGMENTS[1..].iter().map(|id| render_fragment(page, id)).collect_view().into_any();
-    (first, rest)
 }
 
 fn summary(page: &ClusterPage) -> AnyView {

@@ -77,7 +77,9 @@ pub fn snapshot(readmodel: &ReadModel, visible: &BTreeSet<String>, filter: Filte
     Clusters { rows, namespaces: visible.iter().cloned().collect(), filter, now }
 }
 
-pub fn page(clusters: &Clusters, rows: &[std::sync::Arc<str>]) -> AnyView {
+/// The whole page, its live table already rendered (`table`: the same HTML
+/// the live stream compares against).
+pub fn page(clusters: &Clusters, table: &str) -> AnyView {
     let namespace_options = clusters
         .namespaces
         .iter()
@@ -108,7 +110,7 @@ pub fn page(clusters: &Clusters, rows: &[std::sync::Arc<str>]) -> AnyView {
             </select>
             <button type="submit">"Filter"</button>
         </form>
-        {table(clusters, rows)}
+        <div class="fragments" inner_html=table.to_owned()></div>
     }
     .into_any()
 }

@@ -23,12 +23,18 @@ pub mod paths {
         format!("{}/scale?masters={masters}&replicas={replicas}", cluster(key))
     }
 
-    pub fn live_cluster(key: &ClusterKey) -> String {
-        format!("/live{}", cluster(key))
+    /// A cluster page's stream; `seen` names the fragments the page shows.
+    pub fn live_cluster(key: &ClusterKey, seen: &str) -> String {
+        format!("/live{}?seen={seen}", cluster(key))
     }
 
-    pub fn live_clusters(query: &str) -> String {
-        if query.is_empty() { "/live/clusters".into() } else { format!("/live/clusters?{query}") }
+    /// The clusters page's stream for a filter (`query`); `seen` names the table the page shows.
+    pub fn live_clusters(query: &str, seen: &str) -> String {
+        if query.is_empty() {
+            format!("/live/clusters?seen={seen}")
+        } else {
+            format!("/live/clusters?{query}&seen={seen}")
+        }
     }
 
     /// Percent-encodes everything but unreserved characters.
