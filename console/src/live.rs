@@ -23,7 +23,7 @@ use tokio::sync::broadcast::error::RecvError;
 use tokio::sync::mpsc;
 
 use crate::Console;
-use crate::access::ClusterAccess;
+use crate::access::{AccessError, ClusterAccess};
 use crate::pages::cluster::FRAGMENTS;
 use crate::pages::clusters::{self, Filter};
 use crate::render::{digest, parse_digests};
@@ -90,8 +90,14 @@ async fn expired(session: &Session, out: &mpsc::Sender<Event>) -> bool {
     if !session.expired(Timestamp::now().as_second()) {
         return false;
     }
-    let _ = out.send(Event::default().event("signout").data("session expired")).await;
+    signed_out(out).await;
     true
+}
+
+/// Tells the page its session is over (expired, or the token no longer
+/// accepted); the script reloads it, which leads to sign-in.
+async fn signed_out(out: &mpsc::Sender<Event>) {
+    let _ = out.send(Event::default().event("signout").data("signed out")).await;
 }
 
 pub async fn clusters(
@@ -121,6 +127,7 @@ pub async fn clusters(
             let present = crate::access::namespaces_of(&console.readmodel.clusters()).into_keys().collect();
             let visible = match console.access.cluster_namespaces(&console.users, &session, &present).await {
                 Ok(visible) => visible,
+                Err(AccessError::SignedOut) => return signed_out(&out).await,
                 Err(error) => {
                     tracing::debug!(user = %session.user, %error, "live clusters: access check failed");
                     continue;
@@ -194,6 +201,7 @@ pub async fn cluster(
                     let _ = out.send(Event::default().event("gone").data("you may no longer see this cluster")).await;
                     return;
                 }
+                Err(AccessError::SignedOut) => return signed_out(&out).await,
                 Err(error) => {
                     tracing::debug!(user = %session.user, %error, "live cluster: access check failed");
                     continue;
