@@ -3,12 +3,20 @@
 
 use std::path::{Path, PathBuf};
 
-/// The repository's root directory (this crate lives in `tests/env`).
+/// The repository's root directory: the checkout the process runs in (cargo
+/// runs tests and benches from their package's directory, and the scripts
+/// `cd` to the root first), else the one this crate was built from. Found at
+/// run time because one build cache serves several checkouts (CI clones):
+/// the compile-time path would point every one of them at whichever checkout
+/// built the crate last — its manifests, its control plane, its screenshots.
 pub fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../..")
-        .canonicalize()
-        .unwrap_or_else(|_| Path::new(env!("CARGO_MANIFEST_DIR")).join("../.."))
+    let is_root = |dir: &Path| dir.join("tests/k8s/build.sh").is_file() && dir.join("deploy").is_dir();
+    let running_in =
+        std::env::current_dir().ok().and_then(|cwd| cwd.ancestors().find(|d| is_root(d)).map(Path::to_owned));
+    running_in.unwrap_or_else(|| {
+        let built_from = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        built_from.canonicalize().unwrap_or(built_from)
+    })
 }
 
 /// A control-plane binary (`etcd`, `kube-apiserver`, ..., `kubectl`) built by
