@@ -218,3 +218,13 @@ pub struct StepStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub progress: Option<String>,
 }
+
+impl StepStatus {
+    /// The step as one line: `MoveSlots: moving 512 slot(s), 1024 more to go`.
+    pub fn summary(&self) -> String {
+        match &self.progress {
+            Some(progress) => format!("{}: {progress}", self.name),
+            None => self.name.clone(),
+        }
+    }
+}

@@ -228,12 +228,6 @@ impl ClusterAccess {
         let mut next = || verdicts.next().expect("one verdict per check");
         Ok(Self { view: next(), events: next(), operations: next(), scale: next(), patch: next(), fail_over: next() })
     }
-
-    /// Everything allowed (page fixtures in tests).
-    pub fn everything() -> Self {
-        let yes = Permission::allowed;
-        Self { view: yes(), events: yes(), operations: yes(), scale: yes(), patch: yes(), fail_over: yes() }
-    }
 }
 
 /// Namespaces of the clusters the read model holds, with a count each.

@@ -46,13 +46,6 @@ impl SessionKeys {
         keys
     }
 
-    /// A fixed key (tests).
-    pub fn fixed(key: SessionKey) -> Arc<Self> {
-        let keys = Self::default();
-        let _ = keys.key.set(key);
-        Arc::new(keys)
-    }
-
     pub fn get(&self) -> Option<&SessionKey> {
         self.key.get()
     }

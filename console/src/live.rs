@@ -135,8 +135,7 @@ pub async fn clusters(
             };
             let now = Timestamp::now();
             let snapshot = clusters::snapshot(&console.readmodel, &visible, filter.clone(), now);
-            let rows: Vec<Arc<str>> =
-                snapshot.rows.iter().map(|r| console.renders.row(&console.readmodel, r, now)).collect();
+            let rows: Vec<_> = snapshot.rows.iter().map(|r| console.renders.row(&console.readmodel, r, now)).collect();
             let keys: Vec<ClusterKey> = snapshot.rows.iter().map(|r| r.key.clone()).collect();
             let mut updates = Vec::new();
             if keys != order || keys.is_empty() {
@@ -148,14 +147,14 @@ pub async fn clusters(
                     updates.push(fragment("clusters", &html));
                 }
                 for (key, row) in keys.iter().zip(&rows) {
-                    sent.insert(clusters::row_id(key), digest(row));
+                    sent.insert(clusters::row_id(key), row.digest);
                 }
                 order = keys;
             } else {
                 for (key, row) in keys.iter().zip(&rows) {
                     let id = clusters::row_id(key);
-                    if sent.insert(id.clone(), digest(row)) != Some(digest(row)) {
-                        updates.push(fragment(&id, row));
+                    if sent.insert(id.clone(), row.digest) != Some(row.digest) {
+                        updates.push(fragment(&id, &row.html));
                     }
                 }
             }

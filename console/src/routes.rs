@@ -164,7 +164,7 @@ pub async fn clusters_page(visit: Visit, Query(filter): Query<clusters::Filter>)
     let now = Timestamp::now();
     let query = filter.query();
     let snapshot = clusters::snapshot(&console.readmodel, &visible, filter, now);
-    let rows: Vec<Arc<str>> = snapshot.rows.iter().map(|r| console.renders.row(&console.readmodel, r, now)).collect();
+    let rows: Vec<_> = snapshot.rows.iter().map(|r| console.renders.row(&console.readmodel, r, now)).collect();
     let table = Owner::new().with(|| clusters::table(&snapshot, &rows).to_html());
     let live = paths::live_clusters(&query, &render::digests_param(&[&table]));
     visit.page(StatusCode::OK, "Clusters".into(), Some(live), || clusters::page(&snapshot, &table))
@@ -177,11 +177,10 @@ pub async fn cluster_page(visit: Visit, Path((namespace, name)): Path<(String, S
         Ok(access) => access,
         Err(error) => return visit.access_failed(error),
     };
-    let now = Timestamp::now();
-    let fragments =
-        access.view.allowed.then(|| console.renders.cluster(&console.readmodel, &key, &access, now)).flatten();
-    let snapshot = fragments.as_ref().and_then(|_| cluster::snapshot(&console.readmodel, &key, access, now));
-    let (Some(snapshot), Some(fragments)) = (snapshot, fragments) else { return visit.not_found(&key) };
+    let snapshot =
+        access.view.allowed.then(|| cluster::snapshot(&console.readmodel, &key, access, Timestamp::now())).flatten();
+    let Some(snapshot) = snapshot else { return visit.not_found(&key) };
+    let fragments = console.renders.fragments(&console.readmodel, &snapshot);
     let htmls: Vec<&str> = fragments.iter().map(|(_, h)| h.as_str()).collect();
     let live = paths::live_cluster(&key, &render::digests_param(&htmls));
     visit.page(StatusCode::OK, key.to_string(), Some(live), || cluster::page(&snapshot, &fragments))

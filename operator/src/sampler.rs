@@ -12,7 +12,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::jiff::Timestamp;
 use kube::{Api, Client, ResourceExt as _};
-use slotkeeper_api::RedisCluster;
+use slotkeeper_api::{RedisCluster, StepStatus};
 use slotkeeper_readmodel::{ClusterKey, Publisher, ReadModel, Source};
 
 use crate::controller::observe;
@@ -68,10 +68,7 @@ impl Sampler {
             self.passwords.lock().expect("passwords lock").remove(&key);
             self.redis.forget_cluster(&pool_key);
         }
-        let step = cluster.status.as_ref().and_then(|s| s.step.as_ref()).map(|s| match &s.progress {
-            Some(progress) => format!("{}: {progress}", s.name),
-            None => s.name.clone(),
-        });
+        let step = cluster.status.as_ref().and_then(|s| s.step.as_ref()).map(StepStatus::summary);
         let observation = crate::publish::observation(&pods, &redis, step, Source::Sampler, Timestamp::now());
         self.publisher.publish(&key, observation);
     }

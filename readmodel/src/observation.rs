@@ -129,6 +129,7 @@ impl Observation {
         versions.into_iter().cloned().collect()
     }
 
+    /// The largest replica lag in bytes (only replicas have one).
     pub fn max_lag(&self) -> u64 {
         self.nodes.iter().filter_map(|n| n.lag_bytes).max().unwrap_or(0)
     }

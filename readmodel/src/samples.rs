@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
-use crate::observation::{Observation, Role};
+use crate::observation::Observation;
 
 pub const WINDOW: Duration = Duration::from_secs(15 * 60);
 pub const SPACING: Duration = Duration::from_secs(5);
@@ -52,13 +52,7 @@ impl Sample {
             connected_clients: observation.nodes.iter().map(|n| n.stats.connected_clients).sum(),
             keyspace_hits: hits,
             keyspace_misses: misses,
-            max_lag_bytes: observation
-                .nodes
-                .iter()
-                .filter(|n| n.role == Some(Role::Replica))
-                .filter_map(|n| n.lag_bytes)
-                .max()
-                .unwrap_or(0),
+            max_lag_bytes: observation.max_lag(),
             answered: hasher.finish(),
         }
     }
@@ -114,7 +108,7 @@ fn signed(d: Duration) -> SignedDuration {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::observation::{NodeView, Source, StatsFact};
+    use crate::observation::{NodeView, Role, Source, StatsFact};
 
     fn observation(at_secs: i64, hits: u64, id: &str) -> Observation {
         let node = NodeView {

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use k8s_openapi::jiff::Timestamp;
 use leptos::prelude::*;
 use slotkeeper_api::topology::SLOTS;
-use slotkeeper_api::{MIN_MASTERS, RedisCluster, RedisOperation};
+use slotkeeper_api::{MIN_MASTERS, RedisCluster, RedisOperation, StepStatus};
 use slotkeeper_readmodel::{ClusterKey, EventView, NodeView, Observation, ReadModel, Role, Sample, Source};
 
 use super::{clusters, fragment};
@@ -119,9 +119,7 @@ fn summary(page: &ClusterPage) -> AnyView {
         }
         None => "not yet: figures below come from the cluster's status".into(),
     };
-    let step = observation
-        .and_then(|o| o.step.clone())
-        .or_else(|| status.step.as_ref().map(|s| format!("{}: {}", s.name, s.progress.clone().unwrap_or_default())));
+    let step = observation.and_then(|o| o.step.clone()).or_else(|| status.step.as_ref().map(StepStatus::summary));
     let generation = match (status.observed_generation, cluster.metadata.generation) {
         (Some(seen), Some(current)) if seen < current => format!("{seen} (spec generation {current} not yet acted on)"),
         (Some(seen), _) => seen.to_string(),
@@ -163,7 +161,7 @@ pub fn failover_choices(nodes: &[NodeView]) -> Vec<(String, String)> {
                 (true, None) => "in sync".into(),
                 (false, _) => "link down: it will not be promoted until it catches up".into(),
             };
-            choices.push((format!("{shard}:{}", replica.pod), format!("shard {shard} → {} ({state})", replica.pod)));
+            choices.push((format!("{shard}:{}", replica.pod), format!("{} ({state})", replica.pod)));
         }
     }
     choices

@@ -12,6 +12,7 @@ use slotkeeper_api::topology::SLOTS;
 use slotkeeper_readmodel::{ClusterKey, Observation, ReadModel};
 
 use super::{fragment, paths};
+use crate::render::RenderedRow;
 use crate::view::format;
 use crate::view::phase::{self, Health};
 
@@ -117,7 +118,7 @@ pub fn page(clusters: &Clusters, table: &str) -> AnyView {
 
 /// The live fragment: the table of clusters, its rows already rendered
 /// (see [`row_html`]), in the order of `clusters.rows`.
-pub fn table(clusters: &Clusters, rows: &[std::sync::Arc<str>]) -> AnyView {
+pub fn table(clusters: &Clusters, rows: &[RenderedRow]) -> AnyView {
     let content = if clusters.rows.is_empty() {
         let text = if clusters.namespaces.is_empty() {
             "No RedisCluster you may list. Ask for the slotkeeper-redis-viewer role in a namespace, or create a RedisCluster."
@@ -126,7 +127,7 @@ pub fn table(clusters: &Clusters, rows: &[std::sync::Arc<str>]) -> AnyView {
         };
         view! { <p class="empty">{text}</p> }.into_any()
     } else {
-        let rows: String = rows.iter().map(|r| r.as_ref()).collect();
+        let rows: String = rows.iter().map(|r| r.html.as_ref()).collect();
         view! {
             <table class="clusters">
                 <thead><tr>

@@ -37,17 +37,12 @@ pub mod paths {
         }
     }
 
-    /// Percent-encodes everything but unreserved characters.
+    /// Everything but RFC 3986's unreserved characters is percent-encoded.
+    const RESERVED: &percent_encoding::AsciiSet =
+        &percent_encoding::NON_ALPHANUMERIC.remove(b'-').remove(b'.').remove(b'_').remove(b'~');
+
     pub fn encode(text: &str) -> String {
-        text.bytes()
-            .map(|b| {
-                if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
-                    (b as char).to_string()
-                } else {
-                    format!("%{b:02X}")
-                }
-            })
-            .collect()
+        percent_encoding::utf8_percent_encode(text, RESERVED).to_string()
     }
 }
 

@@ -23,7 +23,7 @@ use kube::{Client, Resource as _, ResourceExt as _};
 use tracing::Instrument as _;
 
 use crate::api::names::FIELD_MANAGER;
-use crate::api::{RedisCluster, RedisClusterStatus};
+use crate::api::{RedisCluster, RedisClusterStatus, StepStatus};
 use crate::error::{Error, Result};
 use crate::metrics::{ClusterLabels, Metrics};
 use crate::plan::{self, Action, Observed};
@@ -221,7 +221,7 @@ async fn reconcile_steps(cluster: &RedisCluster, ctx: &Context, namespace: &str)
     phases.lap("plan");
     let step = (action != Action::Converged).then(|| {
         let (name, progress) = report::describe(&action);
-        format!("{name}: {progress}")
+        StepStatus { name: name.into(), progress: Some(progress) }.summary()
     });
     let observation = publish::observation(&observed.pods, &observed.redis, step, Source::Reconcile, Timestamp::now());
     ctx.publisher.publish(&ClusterKey::new(namespace, &name), observation);
