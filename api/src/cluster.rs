@@ -9,6 +9,14 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
 
+pub use crate::catalog::Engine;
+use crate::rollout::{UpgradeSpec, UpgradeStatus};
+
+/// The CEL rule that `spec.engine` and `spec.version` name a catalog entry;
+/// a test keeps it equal to [`crate::catalog::cel_rule`].
+const CATALOG_RULE: &str = "(self.engine == 'redis' && self.version in ['6.2.14', '7.0.15']) || (self.engine == 'valkey' && self.version in ['8.1.8'])";
+const CATALOG_MESSAGE: &str = "spec.engine and spec.version must name an entry of the operator's version catalog: redis 6.2.14, redis 7.0.15, valkey 8.1.8";
+
 /// The fewest masters a cluster may have (the CRD's rule on `spec.masters`
 /// says the same; a test keeps them equal).
 pub const MIN_MASTERS: i32 = 3;
@@ -27,11 +35,14 @@ pub const MIN_MASTERS: i32 = 3;
     printcolumn = r#"{"name":"Phase","type":"string","jsonPath":".status.phase"}"#,
     printcolumn = r#"{"name":"Masters","type":"integer","jsonPath":".spec.masters"}"#,
     printcolumn = r#"{"name":"Replicas","type":"integer","description":"replicas per master","jsonPath":".spec.replicasPerMaster"}"#,
+    printcolumn = r#"{"name":"Engine","type":"string","jsonPath":".status.currentEngine"}"#,
     printcolumn = r#"{"name":"Version","type":"string","jsonPath":".status.currentVersion"}"#,
+    printcolumn = r#"{"name":"Target","type":"string","priority":1,"jsonPath":".spec.version"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#,
     validation = Rule::new("has(self.spec.storage) == has(oldSelf.spec.storage)").message("spec.storage cannot be added or removed after creation: a cluster is either ephemeral or persistent; create a new RedisCluster instead")
 )]
 #[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new(CATALOG_RULE).message(CATALOG_MESSAGE))]
 pub struct RedisClusterSpec {
     /// Number of master shards; at least 3, so a majority survives the loss of one.
     #[x_kube(validation = Rule::new("self >= 3").message("spec.masters must be at least 3: Redis Cluster needs a majority of masters to fail over"))]
@@ -42,13 +53,17 @@ pub struct RedisClusterSpec {
     #[x_kube(validation = Rule::new("self >= 0 && self <= 5").message("spec.replicasPerMaster must be between 0 and 5"))]
     pub replicas_per_master: i32,
 
-    /// Redis version (semver), one of the operator's version catalog.
+    /// The server: `redis` (default) or `valkey`.
+    #[serde(default)]
+    pub engine: Engine,
+
+    /// The engine's version (semver), one of the operator's version catalog.
+    /// Changing it rolls the cluster out to it along the catalog's edges.
     #[x_kube(validation = Rule::new("self.matches('^[0-9]+\\\\.[0-9]+\\\\.[0-9]+$')").message("spec.version must be a semantic version such as 7.0.15"))]
-    #[x_kube(validation = Rule::new("self in ['6.2.14', '7.0.15']").message("spec.version is not in the operator's version catalog (6.2.14, 7.0.15)"))]
     #[schemars(length(max = 32))]
     pub version: String,
 
-    /// Overrides the catalog's image for `version`.
+    /// Overrides the catalog's image for `engine` and `version`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image: Option<String>,
 
@@ -70,7 +85,12 @@ pub struct RedisClusterSpec {
     #[x_kube(validation = Rule::new("self.all(k, !(k in ['port', 'bind', 'dir', 'cluster-enabled', 'cluster-config-file', 'cluster-announce-ip', 'cluster-announce-port', 'cluster-announce-bus-port', 'replica-announce-ip', 'requirepass', 'masterauth', 'masteruser', 'rename-command', 'include', 'daemonize', 'pidfile', 'logfile', 'unixsocket', 'protected-mode', 'aclfile', 'replicaof', 'slaveof', 'tls-port']))").message("spec.config sets a key the operator manages or that is unsafe (port, bind, dir, cluster-*, requirepass, masterauth, rename-command, include, ...); remove it"))]
     pub config: BTreeMap<String, String>,
 
-    /// Stops every action on this cluster while true.
+    /// How version rollouts go (canary bake time, step timeout).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upgrade: Option<UpgradeSpec>,
+
+    /// Stops every action on this cluster while true; a rollout holds
+    /// between steps and resumes from its checkpoint.
     #[serde(default)]
     pub paused: bool,
 
@@ -155,8 +175,18 @@ pub struct RedisClusterStatus {
     /// `cluster_state` as the nodes report it (`ok` or `fail`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cluster_state: Option<String>,
+    /// The engine and version every node runs (they change only when a
+    /// rollout has finished on every node).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub current_engine: Option<Engine>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub current_version: Option<String>,
+    /// The image every node runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub current_image: Option<String>,
+    /// The version rollout in progress, or the last one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upgrade: Option<UpgradeStatus>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub nodes: Vec<NodeStatus>,
     /// The step in progress, for anything that takes more than one reconcile.
@@ -203,6 +233,9 @@ pub struct NodeStatus {
     /// Slot ranges such as `0-5460`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub slots: Vec<String>,
+    /// The server and version it runs (they change node by node in a rollout).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub engine: Option<Engine>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub version: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -11,6 +11,7 @@ pub mod catalog;
 pub mod cluster;
 pub mod names;
 pub mod operation;
+pub mod rollout;
 pub mod topology;
 
 pub use cluster::*;
@@ -69,7 +70,8 @@ mod tests {
     #[test]
     fn version_rule_lists_exactly_the_catalog() {
         let crd = serde_json::to_string(&RedisCluster::crd()).unwrap();
-        let rule = format!("self in {}", catalog::cel_version_list());
-        assert!(crd.contains(&rule), "the CRD's version rule must be `{rule}`");
+        let rule = serde_json::to_string(&catalog::cel_rule()).unwrap();
+        assert!(crd.contains(&rule), "the CRD's catalog rule (cluster.rs CATALOG_RULE) must be {rule}");
+        assert!(crd.contains(&catalog::describe()), "the rule's message must list the catalog");
     }
 }

@@ -24,3 +24,7 @@ pub const REASON_REFUSED: &str = "ScaleInRefused";
 pub const REASON_SCALING: &str = "Scaling";
 pub const REASON_RECOVERING: &str = "Recovering";
 pub const REASON_NONE: &str = "AsExpected";
+pub const REASON_UPGRADING: &str = "Upgrading";
+pub const REASON_ROLLOUT_HALTED: &str = "RolloutHalted";
+pub const REASON_ROLLED_BACK: &str = "RolledBack";
+pub const REASON_VERSION_REFUSED: &str = "VersionRefused";

@@ -40,6 +40,9 @@ pub struct RedisOperationSpec {
 pub enum OperationType {
     /// Promote a caught-up replica of one shard with `CLUSTER FAILOVER`.
     Failover,
+    /// Recreate every Pod once, replicas first, each master handing over by
+    /// coordinated failover first (a rollout to the same version).
+    RollingRestart,
 }
 
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]

@@ -36,6 +36,13 @@ pub async fn pause(namespace: String, name: String, paused: String) -> Result<()
     Ok(())
 }
 
+/// Sets `spec.engine` and `spec.version` (a rollout along the catalog's edges).
+#[server(prefix = "/actions", endpoint = "change-version")]
+pub async fn change_version(namespace: String, name: String, target: String) -> Result<(), ServerFnError> {
+    server::change_version(namespace, name, target).await;
+    Ok(())
+}
+
 /// Checks a bearer token with a TokenReview and starts a session.
 #[server(prefix = "/actions", endpoint = "sign-in")]
 pub async fn sign_in(token: String, next: Option<String>) -> Result<(), ServerFnError> {
@@ -267,6 +274,32 @@ pub(crate) mod server {
                 finish(&request, &page, ok(text));
             }
             Err(e) => finish(&request, &page, refused(explain(&e, &what))),
+        }
+    }
+
+    pub async fn change_version(namespace: String, name: String, target: String) {
+        let request = request();
+        let Some(session) = signed_in(&request) else { return };
+        let key = ClusterKey::new(&namespace, &name);
+        let page = paths::cluster(&key);
+        let Some(entry) = crate::pages::version::entry_of(&target) else {
+            return finish(&request, &page, refused(format!("{target:?} is not in the catalog; nothing was changed.")));
+        };
+        let Some(client) = client_as(&request, &session, &page) else { return };
+        let api: Api<RedisCluster> = Api::namespaced(client, &namespace);
+        let params = PatchParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() };
+        let patch = json!({ "spec": { "engine": entry.engine, "version": entry.version } });
+        match api.patch(&name, &params, &Patch::Merge(patch)).await {
+            Ok(_) => {
+                tracing::info!(user = %session.user, cluster = %name, namespace = %namespace, target = %entry.release(), "console: change version");
+                let text = format!(
+                    "Asked Kubernetes as {} to roll {key} out to {}. Follow it below.",
+                    session.user,
+                    entry.release()
+                );
+                finish(&request, &page, ok(text));
+            }
+            Err(e) => finish(&request, &page, refused(explain(&e, &format!("roll {key} out to {}", entry.release())))),
         }
     }
 

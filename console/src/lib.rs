@@ -81,6 +81,7 @@ fn routes(console: Console) -> Router {
         .route("/signin", get(routes::sign_in_page))
         .route("/clusters/{namespace}/{name}", get(routes::cluster_page))
         .route("/clusters/{namespace}/{name}/scale", get(routes::scale_preview))
+        .route("/clusters/{namespace}/{name}/version", get(routes::version_preview))
         .route("/live/clusters", get(live::clusters))
         .route("/live/clusters/{namespace}/{name}", get(live::cluster))
         .route("/actions/{*function}", post(routes::server_fns))

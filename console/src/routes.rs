@@ -19,7 +19,7 @@ use slotkeeper_readmodel::ClusterKey;
 use crate::Console;
 use crate::access::{AccessError, Check, ClusterAccess};
 use crate::pages::shell::{Shell, document};
-use crate::pages::{cluster, clusters, paths, scale, signin};
+use crate::pages::{cluster, clusters, paths, scale, signin, version};
 use crate::render;
 use crate::security::Nonce;
 use crate::session::{FLASH_COOKIE, Flash, SESSION_COOKIE, Session, cookie, over_tls, set_cookie};
@@ -211,6 +211,31 @@ pub async fn scale_preview(
     let replicas = query.replicas.unwrap_or(cluster.spec.replicas_per_master);
     let preview = scale::preview(&key, &nodes, current, query.masters.max(0) as usize, replicas);
     visit.page(StatusCode::OK, format!("Scale {key} in"), None, || scale::page(&preview, &permission))
+}
+
+#[derive(Debug, Deserialize)]
+pub struct VersionQuery {
+    to: String,
+}
+
+pub async fn version_preview(
+    visit: Visit,
+    Path((namespace, name)): Path<(String, String)>,
+    Query(query): Query<VersionQuery>,
+) -> Response {
+    let console = &visit.console;
+    let key = ClusterKey::new(namespace, name);
+    let checks = vec![Check::cluster("get", &key), Check::cluster("patch", &key)];
+    let (view, permission) = match console.access.check_all(&console.users, &visit.session, checks).await {
+        Ok(verdicts) => (verdicts[0].clone(), verdicts[1].clone()),
+        Err(error) => return visit.access_failed(error),
+    };
+    let Some(cluster) = console.readmodel.cluster(&key).filter(|_| view.allowed) else { return visit.not_found(&key) };
+    let Some(to) = version::entry_of(&query.to) else { return visit.not_found(&key) };
+    let steps = version::planned_steps(&cluster, to);
+    visit.page(StatusCode::OK, format!("Move {key} to {}", to.release()), None, || {
+        version::page(&key, to, &steps, &permission)
+    })
 }
 
 #[derive(Debug, Deserialize)]

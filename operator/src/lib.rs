@@ -5,6 +5,7 @@
 /// The API types live in their own crate, so the console need not pull the controller in.
 pub use slotkeeper_api as api;
 
+pub mod config;
 pub mod controller;
 pub mod error;
 pub mod failpoint;

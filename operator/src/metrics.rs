@@ -38,6 +38,12 @@ pub struct ClusterLabels {
     pub cluster: String,
 }
 
+impl ClusterLabels {
+    pub fn of(namespace: &str, cluster: &str) -> Self {
+        Self { namespace: namespace.to_owned(), cluster: cluster.to_owned() }
+    }
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct QueueLabels {
     pub name: String,
@@ -53,6 +59,9 @@ pub struct Metrics {
     pub slots_assigned: Family<ClusterLabels, Gauge>,
     pub nodes_ready: Family<ClusterLabels, Gauge>,
     pub cluster_state_ok: Family<ClusterLabels, Gauge>,
+    pub rollout_in_progress: Family<ClusterLabels, Gauge>,
+    pub rollout_steps_total: Family<ClusterLabels, Counter>,
+    pub rollout_rollbacks_total: Family<ClusterLabels, Counter>,
 }
 
 /// Reconcile-time buckets in seconds: fine below 50 ms, where a steady-state
@@ -75,6 +84,9 @@ impl Default for Metrics {
         let slots_assigned = Family::<ClusterLabels, Gauge>::default();
         let nodes_ready = Family::<ClusterLabels, Gauge>::default();
         let cluster_state_ok = Family::<ClusterLabels, Gauge>::default();
+        let rollout_in_progress = Family::<ClusterLabels, Gauge>::default();
+        let rollout_steps_total = Family::<ClusterLabels, Counter>::default();
+        let rollout_rollbacks_total = Family::<ClusterLabels, Counter>::default();
         // prometheus-client appends `_total` to counters itself.
         registry.register("controller_runtime_reconcile", "Reconciles by result", reconcile_total.clone());
         registry.register(
@@ -104,6 +116,21 @@ impl Default for Metrics {
             "1 when every node reports cluster_state ok",
             cluster_state_ok.clone(),
         );
+        registry.register(
+            "slotkeeper_rollout_in_progress",
+            "1 while a version rollout runs (also rolling back or halted)",
+            rollout_in_progress.clone(),
+        );
+        registry.register(
+            "slotkeeper_rollout_steps",
+            "Rollout steps taken (Pods recreated, failovers)",
+            rollout_steps_total.clone(),
+        );
+        registry.register(
+            "slotkeeper_rollout_rollbacks",
+            "Rollouts rolled back after a failed gate",
+            rollout_rollbacks_total.clone(),
+        );
         Self {
             registry,
             reconcile_total,
@@ -114,6 +141,9 @@ impl Default for Metrics {
             slots_assigned,
             nodes_ready,
             cluster_state_ok,
+            rollout_in_progress,
+            rollout_steps_total,
+            rollout_rollbacks_total,
         }
     }
 }
@@ -152,6 +182,9 @@ impl Metrics {
         self.slots_assigned.remove(labels);
         self.nodes_ready.remove(labels);
         self.cluster_state_ok.remove(labels);
+        self.rollout_in_progress.remove(labels);
+        self.rollout_steps_total.remove(labels);
+        self.rollout_rollbacks_total.remove(labels);
     }
 }
 

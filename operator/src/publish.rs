@@ -60,7 +60,7 @@ pub fn observation(
                 link_up: fact.is_some_and(|f| f.link_up),
                 lag_bytes,
                 failing: me.is_some_and(|n| failing.contains(n.id.as_str())),
-                version: fact.map(|f| f.version.clone()),
+                version: fact.map(|f| format!("{} {}", f.engine, f.version)),
                 memory: fact.map(|f| f.memory).unwrap_or_default(),
                 stats: fact.map(|f| f.stats).unwrap_or_default(),
             }

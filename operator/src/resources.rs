@@ -16,7 +16,7 @@ use kube::{Resource as _, ResourceExt as _};
 use serde_json::{Value, json};
 
 use crate::api::RedisCluster;
-use crate::api::catalog;
+use crate::api::catalog::{self, CatalogEntry};
 use crate::api::names::*;
 use crate::redis::client::REDIS_PORT;
 
@@ -75,12 +75,23 @@ pub fn meta(cluster: &RedisCluster, name: String, extra_labels: &[(&str, String)
     }
 }
 
+/// The image `spec` asks for: `spec.image`, else the catalog's.
 pub fn image(cluster: &RedisCluster) -> String {
     cluster.spec.image.clone().unwrap_or_else(|| {
-        catalog::lookup(&cluster.spec.version)
+        catalog::lookup(cluster.spec.engine, &cluster.spec.version)
             .map(|e| e.image.to_owned())
-            .unwrap_or_else(|| format!("redis:{}", cluster.spec.version))
+            .unwrap_or_else(|| format!("{}:{}", cluster.spec.engine, cluster.spec.version))
     })
+}
+
+/// What one shard's StatefulSet runs: how many Pods, on which image (a
+/// rollout moves shards to a new image one at a time).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ShardShape {
+    pub pods: usize,
+    pub image: String,
+    /// The configuration file its release reads.
+    pub conf: String,
 }
 
 /// The Secret and key holding the password.
@@ -117,8 +128,10 @@ fn parse_bytes(quantity: &str) -> Option<u64> {
     quantity.parse().ok()
 }
 
-/// redis.conf: what the operator needs, then the user's allowed overrides.
-pub fn redis_conf(cluster: &RedisCluster) -> String {
+/// redis.conf for nodes running `entry`: what the operator needs, then the
+/// user's allowed overrides as `entry` understands them, given every release
+/// in use (see [`crate::config`]).
+pub fn redis_conf(cluster: &RedisCluster, entry: &CatalogEntry, in_use: &[&CatalogEntry]) -> String {
     let mut conf = format!(
         "# Managed by slotkeeper for RedisCluster {name}\n\
          port {REDIS_PORT}\n\
@@ -136,8 +149,10 @@ pub fn redis_conf(cluster: &RedisCluster) -> String {
     {
         conf += &format!("maxmemory {bytes}\n");
     }
-    for (key, value) in &cluster.spec.config {
-        conf += &format!("{key} {value}\n");
+    match crate::config::user_lines(&cluster.spec.config, entry, in_use) {
+        Ok(lines) => lines.iter().for_each(|line| conf += &format!("{line}\n")),
+        // The reconcile refuses such a spec before applying; never a broken file.
+        Err(reason) => conf += &format!("# spec.config not applied: {reason}\n"),
     }
     conf
 }
@@ -148,12 +163,17 @@ pub fn auth_conf(password: &str) -> String {
     format!("requirepass {quoted}\nmasterauth {quoted}\n")
 }
 
-pub fn config_map(cluster: &RedisCluster) -> Value {
+/// One file per release the nodes may run now (`redis-7.0.15.conf`, ...).
+pub fn config_map(cluster: &RedisCluster, in_use: &[&CatalogEntry]) -> Value {
     let names = Names(&cluster.name_any()).config_map();
+    let files: serde_json::Map<String, Value> = in_use
+        .iter()
+        .map(|entry| (crate::config::file_name(entry), json!(redis_conf(cluster, entry, in_use))))
+        .collect();
     json!({
         "apiVersion": "v1", "kind": "ConfigMap",
         "metadata": meta(cluster, names, &[]),
-        "data": { "redis.conf": redis_conf(cluster) },
+        "data": files,
     })
 }
 
@@ -202,9 +222,11 @@ pub fn services(cluster: &RedisCluster) -> Vec<Value> {
     ]
 }
 
-/// Shard `shard`'s StatefulSet with `pods` Pods (the master and its replicas;
-/// more while a master on a higher ordinal is failed over first).
-pub fn stateful_set(cluster: &RedisCluster, shard: usize, pods: usize) -> Value {
+/// Shard `shard`'s StatefulSet with `shape.pods` Pods (the master and its
+/// replicas; more while a master on a higher ordinal is failed over first)
+/// on `shape.image`. `OnDelete`: a changed image recreates no Pod by itself;
+/// the operator recreates them one at a time when its plan says so.
+pub fn stateful_set(cluster: &RedisCluster, shard: usize, shape: &ShardShape) -> Value {
     let names = Names(&cluster.name_any());
     let shard_labels = [(LABEL_SHARD, shard.to_string())];
     let mut pod_labels = labels(cluster);
@@ -226,8 +248,8 @@ pub fn stateful_set(cluster: &RedisCluster, shard: usize, pods: usize) -> Value 
     }
     let container = json!({
         "name": "redis",
-        "image": image(cluster),
-        "command": ["redis-server", format!("{CONFIG_DIR}/redis.conf"),
+        "image": shape.image,
+        "command": ["redis-server", format!("{CONFIG_DIR}/{}", shape.conf),
                     "--bind", "$(POD_IP)", "--cluster-announce-ip", "$(POD_IP)", "--replica-announce-ip", "$(POD_IP)"],
         "env": [{ "name": "POD_IP", "valueFrom": { "fieldRef": { "fieldPath": "status.podIP" } } }],
         "ports": [{ "name": "redis", "containerPort": REDIS_PORT }, { "name": "bus", "containerPort": BUS_PORT }],
@@ -262,8 +284,9 @@ pub fn stateful_set(cluster: &RedisCluster, shard: usize, pods: usize) -> Value 
     }
     let mut spec = json!({
         "serviceName": names.headless_service(),
-        "replicas": pods,
+        "replicas": shape.pods,
         "podManagementPolicy": "Parallel",
+        "updateStrategy": { "type": "OnDelete" },
         "selector": { "matchLabels": selector },
         "template": { "metadata": { "labels": pod_labels }, "spec": pod_spec },
     });
@@ -319,12 +342,16 @@ pub fn network_policy(cluster: &RedisCluster) -> Value {
     })
 }
 
-/// Every object but the Secrets, in apply order; `shard_sizes` gives the
-/// Pods per staying shard (leaving shards are not applied, only removed).
-pub fn desired_objects(cluster: &RedisCluster, shard_sizes: &BTreeMap<usize, usize>) -> Vec<Value> {
-    let mut objects = vec![config_map(cluster)];
+/// Every object but the Secrets, in apply order; `shards` gives the Pods
+/// and image per staying shard (leaving shards are not applied, only removed).
+pub fn desired_objects(
+    cluster: &RedisCluster,
+    shards: &BTreeMap<usize, ShardShape>,
+    in_use: &[&CatalogEntry],
+) -> Vec<Value> {
+    let mut objects = vec![config_map(cluster, in_use)];
     objects.extend(services(cluster));
-    objects.extend(shard_sizes.iter().map(|(&shard, &pods)| stateful_set(cluster, shard, pods)));
+    objects.extend(shards.iter().map(|(&shard, shape)| stateful_set(cluster, shard, shape)));
     objects.push(disruption_budget(cluster));
     objects.push(network_policy(cluster));
     objects

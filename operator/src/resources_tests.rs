@@ -1,6 +1,10 @@
 use super::*;
 use crate::api::{RedisClusterSpec, StorageSpec};
 
+fn r70() -> &'static CatalogEntry {
+    catalog::lookup(crate::api::Engine::Redis, "7.0.15").unwrap()
+}
+
 fn cluster(yaml_spec: serde_json::Value) -> RedisCluster {
     let mut c = RedisCluster::new("cache", serde_json::from_value::<RedisClusterSpec>(yaml_spec).unwrap());
     c.metadata.namespace = Some("apps".into());
@@ -11,14 +15,20 @@ fn cluster(yaml_spec: serde_json::Value) -> RedisCluster {
 #[test]
 fn one_stateful_set_per_shard_with_owner_and_anti_affinity() {
     let c = cluster(json!({"masters": 3, "replicasPerMaster": 1, "version": "7.0.15"}));
-    let objects = desired_objects(&c, &BTreeMap::from([(0, 2), (1, 2), (2, 2)]));
+    let shape = |image: &str| ShardShape { pods: 2, image: image.into(), conf: "redis-7.0.15.conf".into() };
+    let shards = BTreeMap::from([(0, shape("redis:7.0.15")), (1, shape("valkey/valkey:8.1.8")), (2, shape("x"))]);
+    let objects = desired_objects(&c, &shards, &[r70()]);
     let sets: Vec<&Value> = objects.iter().filter(|o| o["kind"] == "StatefulSet").collect();
     assert_eq!(sets.len(), 3);
     let set = sets[1];
     assert_eq!(set["metadata"]["name"], "cache-shard-1");
     assert_eq!(set["spec"]["replicas"], 2);
     assert_eq!(set["metadata"]["ownerReferences"][0]["uid"], "uid-1");
-    assert_eq!(set["spec"]["template"]["spec"]["containers"][0]["image"], "redis:7.0.15");
+    assert_eq!(
+        set["spec"]["template"]["spec"]["containers"][0]["image"], "valkey/valkey:8.1.8",
+        "each shard its own image"
+    );
+    assert_eq!(set["spec"]["updateStrategy"]["type"], "OnDelete", "Pods are recreated by the operator, one at a time");
     let term = &set["spec"]["template"]["spec"]["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
         [0];
     assert_eq!(term["podAffinityTerm"]["labelSelector"]["matchLabels"][LABEL_SHARD], "1");
@@ -28,13 +38,14 @@ fn one_stateful_set_per_shard_with_owner_and_anti_affinity() {
 #[test]
 fn storage_adds_claims_and_retention_follows_keep_on_delete() {
     let mut c = cluster(json!({"masters": 3, "version": "6.2.14", "storage": {"size": "2Gi", "keepOnDelete": true}}));
-    let set = stateful_set(&c, 0, 1);
+    let one = ShardShape { pods: 1, image: image(&c), conf: "redis-6.2.14.conf".into() };
+    let set = stateful_set(&c, 0, &one);
     assert_eq!(set["spec"]["volumeClaimTemplates"][0]["spec"]["resources"]["requests"]["storage"], "2Gi");
     assert_eq!(set["spec"]["persistentVolumeClaimRetentionPolicy"]["whenDeleted"], "Retain");
     assert_eq!(set["spec"]["persistentVolumeClaimRetentionPolicy"]["whenScaled"], "Retain");
     assert_eq!(set["spec"]["template"]["spec"]["containers"][0]["image"], "redis:6.2.14");
     c.spec.storage = Some(StorageSpec { size: "2Gi".into(), storage_class_name: None, keep_on_delete: false });
-    let policy = &stateful_set(&c, 0, 1)["spec"]["persistentVolumeClaimRetentionPolicy"];
+    let policy = &stateful_set(&c, 0, &one)["spec"]["persistentVolumeClaimRetentionPolicy"];
     assert_eq!((&policy["whenDeleted"], &policy["whenScaled"]), (&json!("Delete"), &json!("Delete")));
 }
 
@@ -45,14 +56,14 @@ fn config_puts_operator_keys_first_and_derives_maxmemory() {
         "resources": {"limits": {"memory": "1Gi"}},
         "config": {"maxmemory-policy": "allkeys-lru"},
     }));
-    let conf = redis_conf(&c);
+    let conf = redis_conf(&c, r70(), &[r70()]);
     assert!(conf.contains("cluster-enabled yes\n") && conf.contains("include /etc/redis-auth/auth.conf\n"));
     assert!(conf.contains(&format!("maxmemory {}\n", (1u64 << 30) / 4 * 3)), "{conf}");
     assert!(conf.ends_with("maxmemory-policy allkeys-lru\n"));
     let explicit = cluster(
         json!({"masters": 3, "version": "7.0.15", "resources": {"limits": {"memory": "1Gi"}}, "config": {"maxmemory": "100mb"}}),
     );
-    assert!(!redis_conf(&explicit).contains("maxmemory 805306368"));
+    assert!(!redis_conf(&explicit, r70(), &[r70()]).contains("maxmemory 805306368"));
 }
 
 #[test]
@@ -71,9 +82,9 @@ fn budget_follows_replicas() {
 #[test]
 fn hashes_change_only_with_content() {
     let c = cluster(json!({"masters": 3, "version": "7.0.15"}));
-    let (_, a) = with_hash(config_map(&c));
-    let (_, b) = with_hash(config_map(&c));
+    let (_, a) = with_hash(config_map(&c, &[r70()]));
+    let (_, b) = with_hash(config_map(&c, &[r70()]));
     assert_eq!(a, b);
     let d = cluster(json!({"masters": 3, "version": "7.0.15", "config": {"hz": "20"}}));
-    assert_ne!(a, with_hash(config_map(&d)).1);
+    assert_ne!(a, with_hash(config_map(&d, &[r70()])).1);
 }

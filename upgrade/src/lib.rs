@@ -1,3 +1,13 @@
-//! The upgrade manager (CRD upgrades, storage-version migration, Redis
-//! rollouts). Empty until its issue lands.
+//! The upgrade manager. Today: the version rollout planner, pure functions
+//! from the observed cluster and the rollout's checkpoint to the next step,
+//! which the operator's reconcile executes through its one act layer.
 #![forbid(unsafe_code)]
+
+pub mod rollout;
+mod view;
+
+pub use rollout::{Act, Decision, Target, next, start};
+pub use view::{ClusterView, NodeView};
+
+#[cfg(test)]
+mod sim;

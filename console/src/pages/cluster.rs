@@ -48,8 +48,8 @@ pub fn snapshot(readmodel: &ReadModel, key: &ClusterKey, access: ClusterAccess, 
 }
 
 /// The live fragments, in page order.
-pub const FRAGMENTS: [&str; 9] =
-    ["summary", "conditions", "reshard", "topology", "slots", "charts", "operations", "events", "spec"];
+pub const FRAGMENTS: [&str; 10] =
+    ["summary", "conditions", "version", "reshard", "topology", "slots", "charts", "operations", "events", "spec"];
 
 pub fn render_fragment(page: &ClusterPage, id: &str) -> AnyView {
     match id {
@@ -58,6 +58,7 @@ pub fn render_fragment(page: &ClusterPage, id: &str) -> AnyView {
             let conditions = page.cluster.status.as_ref().map(|s| s.conditions.clone()).unwrap_or_default();
             lists::conditions(&conditions, page.now)
         }),
+        "version" => fragment("version", "Version", super::version::rollout(&page.cluster, page.now)),
         "reshard" => fragment("reshard", "Reshard", {
             slotmap::reshard(page.cluster.status.as_ref().and_then(|s| s.reshard.as_ref()))
         }),
@@ -180,6 +181,16 @@ fn actions(page: &ClusterPage) -> AnyView {
     };
     let (ns, name) = (page.key.namespace.as_str(), page.key.name.as_str());
     let (scale_key, fail_over_key, pause_key) = (hidden(ns, name), hidden(ns, name), hidden(ns, name));
+    let releases = super::version::choices(&page.cluster);
+    let no_release = releases.is_empty();
+    let can_change_version = !no_release && access.patch.allowed;
+    let release_options = releases
+        .iter()
+        .map(
+            |e| view! { <option value=super::version::value_of(e)>{format!("{} ({})", e.release(), e.image)}</option> },
+        )
+        .collect_view();
+    let version_preview = format!("{}/version", super::paths::cluster(&page.key));
     let scale = ServerAction::<Scale>::new();
     let pause = ServerAction::<Pause>::new();
     let fail_over = ServerAction::<FailOver>::new();
@@ -221,6 +232,19 @@ fn actions(page: &ClusterPage) -> AnyView {
                     <p class="hint">"Creates a RedisOperation: the replica takes over once it has caught up, so no acknowledged write is lost."</p>
                     {no_replica.then(|| view! { <p class="why-not" id="failover-why">"Disabled: no shard has a replica attached to its master."</p> })}
                     {why_not("failover-why", &access.fail_over)}
+                </div>
+                <div class="action">
+                    <h3>"Change version"</h3>
+                    <form method="get" action=version_preview>
+                        <label for="version-target">"Roll out to"</label>
+                        <select id="version-target" name="to" disabled=!can_change_version aria-describedby="version-choice-why">
+                            {release_options}
+                        </select>
+                        <button type="submit" id="version-submit" disabled=!can_change_version>"Show the plan"</button>
+                    </form>
+                    <p class="hint">"Only releases reachable from what the nodes run; the planned steps are shown before anything changes."</p>
+                    {no_release.then(|| view! { <p class="why-not" id="version-choice-why">"Disabled: no newer release is reachable from what the nodes run."</p> })}
+                    {why_not("version-choice-why", &access.patch)}
                 </div>
                 <div class="action">
                     <h3>{if paused { "Resume" } else { "Pause" }}</h3>

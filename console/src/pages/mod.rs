@@ -7,6 +7,7 @@ pub mod clusters;
 pub mod scale;
 pub mod shell;
 pub mod signin;
+pub mod version;
 
 /// The console's URLs, built in one place.
 pub mod paths {
@@ -17,6 +18,10 @@ pub mod paths {
 
     pub fn cluster(key: &ClusterKey) -> String {
         format!("/clusters/{}/{}", encode(&key.namespace), encode(&key.name))
+    }
+
+    pub fn version_preview(key: &ClusterKey, target: &str) -> String {
+        format!("{}/version?to={}", cluster(key), encode(target))
     }
 
     pub fn scale_preview(key: &ClusterKey, masters: i32, replicas: i32) -> String {

@@ -100,6 +100,7 @@ pub fn operations(operations: &[std::sync::Arc<RedisOperation>], now: Timestamp)
                     let target = spec.and_then(|f| f.target_pod.clone()).map(|p| format!(" to {p}")).unwrap_or_default();
                     format!("Failover of shard {shard}{target}")
                 }
+                OperationType::RollingRestart => "Rolling restart of every Pod".to_owned(),
             };
             let phase = operation_phase(o);
             let (symbol, class) = match phase {

@@ -176,7 +176,7 @@ fn node_box(node: &NodeView, x: i32, y: i32) -> impl IntoView + use<> {
         role,
         format!("{} · {}", node.node.as_deref().unwrap_or("no Node"), node.ip.as_deref().unwrap_or("no IP")),
         format!("{} · {}", health_words(node), link_words(node)),
-        format!("Redis {}", node.version.as_deref().unwrap_or("?")),
+        node.version.clone().unwrap_or_else(|| "version unknown".into()),
     ];
     let title = lines.join("\n");
     let texts = lines

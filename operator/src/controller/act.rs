@@ -23,7 +23,8 @@ pub struct Target<'a> {
     /// The key of the cluster's pooled connections.
     pub key: &'a str,
     pub password: &'a str,
-    pub version: &'a str,
+    /// The release the nodes run (what commands they understand).
+    pub release: Option<&'static catalog::CatalogEntry>,
 }
 
 /// Runs `action`; returns the reason and sentence for an event, or `None`
@@ -67,7 +68,7 @@ async fn act_on(
             event("ClusterMeet", format!("{via} met {} node(s): {}", targets.len(), targets.join(", ")))
         }
         Action::AddSlots { pod, shard, ranges } => {
-            let has_range = catalog::lookup(target.version).is_some_and(|e| e.has_addslotsrange);
+            let has_range = target.release.is_some_and(|e| e.has_addslotsrange);
             connect(pod).await?.add_slots(ranges, has_range, || failpoint::hit(failpoint::MID_ADDSLOTS)).await?;
             let list: Vec<String> = ranges.iter().map(ToString::to_string).collect();
             event("SlotsAssigned", format!("shard {shard} master {pod} assigned slots {}", list.join(",")))
@@ -91,9 +92,16 @@ async fn act_on(
             let list: Vec<&str> = ids.iter().map(|s| s.as_str()).collect();
             event("NodesForgotten", format!("forgot departed node(s) {}", list.join(", ")))
         }
-        Action::Failover { pod, shard, reason } => {
-            connect(pod).await?.failover().await?;
-            event("FailedOver", format!("shard {shard}: {pod} promoted by CLUSTER FAILOVER ({reason})"))
+        Action::Failover { pod, shard, reason, force, .. } => {
+            let mut node = connect(pod).await?;
+            if *force {
+                node.failover_force().await?
+            } else {
+                node.failover().await?
+            };
+            failpoint::hit(failpoint::AFTER_FAILOVER);
+            let how = if *force { "CLUSTER FAILOVER FORCE (the master is unreachable)" } else { "CLUSTER FAILOVER" };
+            event("FailedOver", format!("shard {shard}: {pod} promoted by {how} ({reason})"))
         }
         Action::Stabilize { slots_by_pod } => {
             for (pod, slots) in slots_by_pod {
@@ -141,6 +149,16 @@ async fn act_on(
                 Err(e) => return Err(Error::kube(format!("delete Pod {}/{pod}", target.namespace))(e)),
             }
             event("PodReplaced", format!("force-deleted {pod} ({reason}); its StatefulSet recreates it elsewhere"))
+        }
+        Action::RecreatePod { pod, shard, reason } => {
+            let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), target.namespace);
+            match pods.delete(pod, &DeleteParams::default()).await {
+                Ok(_) => {}
+                Err(kube::Error::Api(e)) if e.code == 404 => {}
+                Err(e) => return Err(Error::kube(format!("delete Pod {}/{pod}", target.namespace))(e)),
+            }
+            failpoint::hit(failpoint::AFTER_RECREATE);
+            event("RolloutPodRecreated", format!("shard {shard}: recreating {pod}: {reason}"))
         }
         Action::RemoveShard { shard } => {
             let name = Names(target.cluster).shard(*shard);

@@ -15,9 +15,11 @@ use serde_json::Value;
 use super::Context;
 use super::cache::Caches;
 use crate::api::RedisCluster;
+use crate::api::catalog::CatalogEntry;
 use crate::api::names::FIELD_MANAGER;
 use crate::error::{Error, Result};
 use crate::resources;
+use crate::resources::ShardShape;
 
 /// One owned object as it should be, with its content hash in an annotation.
 struct Desired {
@@ -46,9 +48,14 @@ impl Desired {
 }
 
 /// Every object the cluster owns, as it should be.
-fn desired(cluster: &RedisCluster, password: &str, shard_sizes: &BTreeMap<usize, usize>) -> Vec<Desired> {
+fn desired(
+    cluster: &RedisCluster,
+    password: &str,
+    shards: &BTreeMap<usize, ShardShape>,
+    in_use: &[&CatalogEntry],
+) -> Vec<Desired> {
     std::iter::once(resources::auth_secret(cluster, password))
-        .chain(resources::desired_objects(cluster, shard_sizes))
+        .chain(resources::desired_objects(cluster, shards, in_use))
         .map(Desired::new)
         .collect()
 }
@@ -56,10 +63,16 @@ fn desired(cluster: &RedisCluster, password: &str, shard_sizes: &BTreeMap<usize,
 /// What the desired objects are built from: the cluster object's
 /// resourceVersion (any change to it), the shard sizes and the password.
 /// `None` without a resourceVersion (then nothing is remembered).
-fn inputs_of(cluster: &RedisCluster, password: &str, shard_sizes: &BTreeMap<usize, usize>) -> Option<u64> {
+fn inputs_of(
+    cluster: &RedisCluster,
+    password: &str,
+    shards: &BTreeMap<usize, ShardShape>,
+    in_use: &[&CatalogEntry],
+) -> Option<u64> {
     let version = cluster.metadata.resource_version.as_ref()?;
     let mut hasher = DefaultHasher::new();
-    (version, shard_sizes, password).hash(&mut hasher);
+    let releases: Vec<String> = in_use.iter().map(|e| e.release().to_string()).collect();
+    (version, shards, password, releases).hash(&mut hasher);
     Some(hasher.finish())
 }
 
@@ -111,14 +124,15 @@ pub async fn owned_objects(
     cluster: &RedisCluster,
     key: &str,
     password: &str,
-    shard_sizes: &BTreeMap<usize, usize>,
+    shards: &BTreeMap<usize, ShardShape>,
+    in_use: &[&CatalogEntry],
 ) -> Result<Vec<String>> {
     let namespace = cluster.metadata.namespace.as_deref().unwrap_or_default();
-    let inputs = inputs_of(cluster, password, shard_sizes);
+    let inputs = inputs_of(cluster, password, shards, in_use);
     if ctx.applied.in_place(key, inputs, namespace, &ctx.caches) {
         return Ok(Vec::new());
     }
-    let desired = desired(cluster, password, shard_sizes);
+    let desired = desired(cluster, password, shards, in_use);
     let mut written = Vec::new();
     for configuration in [true, false] {
         let writes = desired.iter().filter(|d| d.is_configuration() == configuration).map(|d| async move {
@@ -218,19 +232,35 @@ mod tests {
 
     #[test]
     fn inputs_change_with_the_cluster_object_the_shard_sizes_and_the_password() {
-        let sizes = BTreeMap::from([(0, 2), (1, 2), (2, 2)]);
-        let base = inputs_of(&cluster(Some("7"), 3), "secret", &sizes);
+        let sizes = shapes(&[2, 2, 2]);
+        let base = inputs_of(&cluster(Some("7"), 3), "secret", &sizes, &in_use());
         assert!(base.is_some());
-        assert_eq!(base, inputs_of(&cluster(Some("7"), 3), "secret", &sizes));
-        assert_ne!(base, inputs_of(&cluster(Some("8"), 3), "secret", &sizes));
-        assert_ne!(base, inputs_of(&cluster(Some("7"), 3), "secret", &BTreeMap::from([(0, 3)])));
-        assert_ne!(base, inputs_of(&cluster(Some("7"), 3), "rotated", &sizes));
-        assert_eq!(inputs_of(&cluster(None, 3), "secret", &sizes), None, "nothing to key on");
+        assert_eq!(base, inputs_of(&cluster(Some("7"), 3), "secret", &sizes, &in_use()));
+        assert_ne!(base, inputs_of(&cluster(Some("8"), 3), "secret", &sizes, &in_use()));
+        assert_ne!(base, inputs_of(&cluster(Some("7"), 3), "secret", &shapes(&[3]), &in_use()));
+        let mut upgraded = sizes.clone();
+        upgraded.get_mut(&0).unwrap().image = "redis:7.0.15".into();
+        assert_ne!(
+            base,
+            inputs_of(&cluster(Some("7"), 3), "secret", &upgraded, &in_use()),
+            "a shard's image is an input"
+        );
+        assert_ne!(base, inputs_of(&cluster(Some("7"), 3), "rotated", &sizes, &in_use()));
+        assert_eq!(inputs_of(&cluster(None, 3), "secret", &sizes, &in_use()), None, "nothing to key on");
+    }
+
+    fn shapes(pods: &[usize]) -> BTreeMap<usize, ShardShape> {
+        let shape = |pods| ShardShape { pods, image: "redis:6.2.14".into(), conf: "redis-6.2.14.conf".into() };
+        pods.iter().enumerate().map(|(s, &pods)| (s, shape(pods))).collect()
+    }
+
+    fn in_use() -> Vec<&'static CatalogEntry> {
+        vec![crate::api::catalog::lookup(crate::api::Engine::Redis, "6.2.14").unwrap()]
     }
 
     #[test]
     fn desired_objects_carry_their_hash_and_configuration_goes_first() {
-        let objects = desired(&cluster(Some("1"), 3), "secret", &BTreeMap::from([(0, 2), (1, 2), (2, 2)]));
+        let objects = desired(&cluster(Some("1"), 3), "secret", &shapes(&[2, 2, 2]), &in_use());
         assert_eq!(objects.iter().filter(|d| d.kind == "StatefulSet").count(), 3);
         assert!(
             objects
@@ -241,7 +271,7 @@ mod tests {
             objects.iter().filter(|d| d.is_configuration()).map(|d| d.kind.as_str()).collect();
         assert!(configuration.contains(&"Secret") && configuration.contains(&"ConfigMap"));
         assert!(configuration.contains(&"Service"));
-        let rotated = desired(&cluster(Some("1"), 3), "rotated", &BTreeMap::new());
+        let rotated = desired(&cluster(Some("1"), 3), "rotated", &BTreeMap::new(), &in_use());
         let secret = |objects: &[Desired]| objects.iter().find(|d| d.kind == "Secret").map(|d| d.hash.clone());
         assert_ne!(secret(&objects), secret(&rotated), "the include Secret follows the password");
     }
@@ -249,7 +279,7 @@ mod tests {
     #[test]
     fn remembered_hashes_follow_the_inputs() {
         let applied = Applied::default();
-        let objects = desired(&cluster(Some("1"), 3), "secret", &BTreeMap::new());
+        let objects = desired(&cluster(Some("1"), 3), "secret", &BTreeMap::new(), &in_use());
         applied.remember("apps/cache", Some(1), &objects);
         assert_eq!(applied.clusters.lock().unwrap()["apps/cache"].hashes.len(), objects.len());
         applied.remember("apps/cache", None, &objects);

@@ -18,8 +18,9 @@ use kube::runtime::{WatchStreamExt as _, watcher};
 use kube::{Api, Client, Resource};
 use serde::de::DeserializeOwned;
 
-use crate::api::RedisCluster;
 use crate::api::names::{ANNOTATION_SPEC_HASH, LABEL_CLUSTER};
+use crate::api::{OperationPhase, OperationType, RedisCluster, RedisOperation};
+use crate::plan::intents::FailoverIntent;
 
 type Trigger<K> = std::pin::Pin<Box<dyn Stream<Item = Result<K, watcher::Error>> + Send>>;
 
@@ -33,6 +34,8 @@ pub struct Caches {
     config_maps: Store<PartialObjectMeta<ConfigMap>>,
     disruption_budgets: Store<PartialObjectMeta<PodDisruptionBudget>>,
     network_policies: Store<PartialObjectMeta<NetworkPolicy>>,
+    /// RedisOperations: a running one is an intent its cluster's planner acts on.
+    pub operations: Store<RedisOperation>,
     /// True once every watch has listed once. A store's own readiness
     /// future wakes only its last waiter, so reconciles wait on this instead.
     synced: tokio::sync::watch::Receiver<bool>,
@@ -48,6 +51,7 @@ pub struct Triggers {
     pub config_maps: Trigger<PartialObjectMeta<ConfigMap>>,
     pub disruption_budgets: Trigger<PartialObjectMeta<PodDisruptionBudget>>,
     pub network_policies: Trigger<PartialObjectMeta<NetworkPolicy>>,
+    pub operations: Trigger<RedisOperation>,
 }
 
 fn api<K>(client: &Client, namespace: Option<&str>) -> Api<K>
@@ -90,9 +94,25 @@ impl Caches {
         let (config_maps, config_map_trigger) = watch(client, namespace);
         let (disruption_budgets, budget_trigger) = watch(client, namespace);
         let (network_policies, policy_trigger) = watch(client, namespace);
+        let (operations, operation_writer) = reflector::store();
+        let operation_trigger = Box::pin(
+            watcher(api::<RedisOperation>(client, namespace), watcher::Config::default())
+                .default_backoff()
+                .reflect(operation_writer)
+                .touched_objects(),
+        );
         let (synced_tx, synced) = tokio::sync::watch::channel(false);
-        let caches =
-            Self { pods, secrets, stateful_sets, services, config_maps, disruption_budgets, network_policies, synced };
+        let caches = Self {
+            pods,
+            secrets,
+            stateful_sets,
+            services,
+            config_maps,
+            disruption_budgets,
+            network_policies,
+            operations,
+            synced,
+        };
         let stores = caches.clone();
         tokio::spawn(async move {
             stores.wait_for_every_store().await;
@@ -106,6 +126,7 @@ impl Caches {
             config_maps: config_map_trigger,
             disruption_budgets: budget_trigger,
             network_policies: policy_trigger,
+            operations: operation_trigger,
         };
         (caches, triggers)
     }
@@ -128,6 +149,7 @@ impl Caches {
             self.config_maps.wait_until_ready(),
             self.disruption_budgets.wait_until_ready(),
             self.network_policies.wait_until_ready(),
+            self.operations.wait_until_ready(),
         );
     }
 
@@ -156,6 +178,33 @@ impl Caches {
     }
 
     /// The cluster's Pods that are not being deleted.
+    /// The running failover of a cluster, if a RedisOperation asks for one.
+    pub fn failover_intent(&self, namespace: &str, cluster: &str) -> Option<FailoverIntent> {
+        self.operations.state().iter().find_map(|op| {
+            let status = op.status.as_ref()?;
+            let running = status.phase == Some(OperationPhase::Running) && op.spec.type_ == OperationType::Failover;
+            (running && op.metadata.namespace.as_deref() == Some(namespace) && op.spec.cluster == cluster).then(|| {
+                FailoverIntent {
+                    operation: op.metadata.name.clone().unwrap_or_default(),
+                    shard: op.spec.failover.as_ref().map_or(0, |f| f.shard.max(0) as usize),
+                    from: status.from_pod.clone().unwrap_or_default(),
+                    to: status.to_pod.clone().unwrap_or_default(),
+                    sent: status.failover_sent_time.is_some(),
+                }
+            })
+        })
+    }
+
+    /// A running RollingRestart of a cluster: the operation's name.
+    pub fn restart_intent(&self, namespace: &str, cluster: &str) -> Option<String> {
+        self.operations.state().iter().find_map(|op| {
+            let running = op.status.as_ref()?.phase == Some(OperationPhase::Running)
+                && op.spec.type_ == OperationType::RollingRestart;
+            (running && op.metadata.namespace.as_deref() == Some(namespace) && op.spec.cluster == cluster)
+                .then(|| op.metadata.name.clone().unwrap_or_default())
+        })
+    }
+
     pub fn pods_of(&self, namespace: &str, cluster: &str) -> Vec<std::sync::Arc<Pod>> {
         self.pods.state_filter(|p| {
             p.metadata.namespace.as_deref() == Some(namespace)

@@ -26,9 +26,11 @@ use crate::api::names::FIELD_MANAGER;
 use crate::api::{RedisCluster, RedisClusterStatus, StepStatus};
 use crate::error::{Error, Result};
 use crate::metrics::{ClusterLabels, Metrics};
+use crate::plan::rollout::RolloutPlan;
 use crate::plan::{self, Action, Observed};
 use crate::publish;
 use crate::redis::pool::Pool;
+use crate::resources::ShardShape;
 use cache::{Caches, Triggers};
 use slotkeeper_readmodel::{ClusterKey, Publisher, Source};
 
@@ -135,6 +137,9 @@ async fn run_clusters(ctx: Arc<Context>, triggers: Triggers, namespace: Option<&
         .owns_stream(triggers.config_maps)
         .owns_stream(triggers.disruption_budgets)
         .owns_stream(triggers.network_policies)
+        .watches_stream(triggers.operations, |op| {
+            Some(ObjectRef::new(&op.spec.cluster).within(op.metadata.namespace.as_deref()?))
+        })
         .shutdown_on_signal()
         .run(reconcile, error_policy, ctx.clone())
         .for_each(|result| {
@@ -209,14 +214,45 @@ async fn reconcile_steps(cluster: &RedisCluster, ctx: &Context, namespace: &str)
     ctx.redis.retain(&key, &live);
     let redis = observe::redis(&ctx.redis, &key, &pods, &password).await;
     observe::lost_nodes(ctx, &mut pods, &redis).await;
-    let observed = Observed {
+    let running = cluster
+        .status
+        .as_ref()
+        .and_then(|s| s.upgrade.as_ref())
+        .filter(|_| cluster.status.as_ref().is_some_and(plan::rollout::in_progress));
+    let mut observed = Observed {
         shards: cluster.spec.masters.max(0) as usize,
         replicas_per_master: cluster.spec.replicas_per_master.max(0) as usize,
         pods,
         redis,
+        surge: running.and_then(|u| u.surge_shard).map(|s| s.max(0) as usize),
     };
     phases.lap("observe");
-    let action = plan::plan(&observed);
+    let cluster_step = plan::plan(&observed);
+    let healthy = match &cluster_step {
+        Action::Converged => Ok(()),
+        other => Err(report::describe(other).1),
+    };
+    let restart = ctx.caches.restart_intent(namespace, &name);
+    let rollout = plan::rollout::plan(cluster, &observed, healthy, restart.as_deref(), Timestamp::now());
+    observed.surge = rollout.surge;
+    // The cluster's own health first; the rollout steps only when it has
+    // nothing to do, except that rolling back replaces a Pod that cannot run
+    // (the cluster waits for that very Pod).
+    let rolling_back =
+        rollout.status.as_ref().is_some_and(|u| u.phase == crate::api::rollout::RolloutPhase::RollingBack);
+    // A running RedisOperation goes before the rollout (one intent at a
+    // time), and may act while the cluster waits (FORCE for a lost master).
+    let intent = ctx.caches.failover_intent(namespace, &name);
+    let intent_step = intent.as_ref().and_then(|i| plan::intents::failover_step(&observed, i));
+    let action = match (&cluster_step, intent_step, &rollout.action) {
+        (Action::Converged | Action::Wait(_), Some(step), _) => step,
+        _ if intent.is_some() => cluster_step,
+        (Action::Converged, None, Some(step)) => step.clone(),
+        (Action::Wait(_), None, Some(step @ Action::RecreatePod { .. })) if rolling_back => step.clone(),
+        _ => cluster_step,
+    };
+    let rollout_step = matches!(action, Action::RecreatePod { .. })
+        || (matches!(action, Action::Failover { .. }) && rollout.action.as_ref() == Some(&action));
     tracing::debug!(?action, "planned");
     phases.lap("plan");
     let step = (action != Action::Converged).then(|| {
@@ -226,24 +262,51 @@ async fn reconcile_steps(cluster: &RedisCluster, ctx: &Context, namespace: &str)
     let observation = publish::observation(&observed.pods, &observed.redis, step, Source::Reconcile, Timestamp::now());
     ctx.publisher.publish(&ClusterKey::new(namespace, &name), observation);
 
-    let applied = apply::owned_objects(ctx, cluster, &key, &password, &observed.shard_sizes()).await?;
+    for entry in &rollout.in_use {
+        crate::config::user_lines(&cluster.spec.config, entry, &rollout.in_use).map_err(Error::InvalidSpec)?;
+    }
+    let shapes: std::collections::BTreeMap<usize, ShardShape> = observed
+        .shard_sizes()
+        .into_iter()
+        .map(|(shard, pods)| {
+            let image = rollout.images.get(shard).cloned().unwrap_or_else(|| rollout.current.2.clone());
+            let release = rollout.releases.get(shard).copied().unwrap_or(rollout.in_use[0]);
+            (shard, ShardShape { pods, image, conf: crate::config::file_name(release) })
+        })
+        .collect();
+    let applied = apply::owned_objects(ctx, cluster, &key, &password, &shapes, &rollout.in_use).await?;
     if !applied.is_empty() {
         ctx.event(cluster, EventType::Normal, "Applied", format!("applied {}", applied.join(", "))).await;
     }
     phases.lap("apply");
 
-    let target =
-        act::Target { namespace, cluster: &name, key: &key, password: &password, version: &cluster.spec.version };
+    let release = crate::api::catalog::lookup(rollout.current.0, &rollout.current.1);
+    let target = act::Target { namespace, cluster: &name, key: &key, password: &password, release };
     let step_started = Timestamp::now();
+    if let Action::Failover { pod, force, operation: Some(operation), .. } = &action {
+        // The operation's status records the command before it is sent:
+        // a restarted operator waits for its outcome instead of sending again.
+        operation::mark_sent(ctx, namespace, operation, pod, *force).await?;
+    }
+    if rollout_step {
+        // The checkpoint goes first: a crash after the step finds it recorded
+        // (a failover sent is not sent again while Redis settles).
+        let checkpoint = report::build_status(cluster, &observed, &action, &rollout, false, step_started, step_started);
+        write_status(ctx, cluster, checkpoint).await?;
+        ctx.metrics.rollout_steps_total.get_or_create(&ClusterLabels::of(namespace, &name)).inc();
+    }
     let acted = act::act(ctx, &target, &action, &observed.pods).await;
     phases.lap("act");
-    let status = report::build_status(cluster, &observed, &action, acted.is_ok(), step_started, Timestamp::now());
+    let status =
+        report::build_status(cluster, &observed, &action, &rollout, acted.is_ok(), step_started, Timestamp::now());
+    rollout_events(ctx, cluster, &status, &rollout).await;
     let converged = action == Action::Converged;
     let labels = ClusterLabels { namespace: namespace.to_owned(), cluster: name.clone() };
     ctx.metrics.slots_assigned.get_or_create(&labels).set(i64::from(status.slots_assigned));
     ctx.metrics.nodes_ready.get_or_create(&labels).set(observed.redis.len() as i64);
     ctx.metrics.cluster_state_ok.get_or_create(&labels).set(i64::from(status.cluster_state.as_deref() == Some("ok")));
-    if converged && cluster.status.as_ref().and_then(|s| s.phase) != status.phase {
+    ctx.metrics.rollout_in_progress.get_or_create(&labels).set(i64::from(plan::rollout::in_progress(&status)));
+    if converged && rollout.refusal.is_none() && cluster.status.as_ref().and_then(|s| s.phase) != status.phase {
         ctx.event(
             cluster,
             EventType::Normal,
@@ -276,6 +339,84 @@ async fn reconcile_steps(cluster: &RedisCluster, ctx: &Context, namespace: &str)
         None => REQUEUE_WAITING,
     };
     Ok(Requeue::requeue(requeue))
+}
+
+/// An event for each change of a rollout's course: started, the canary
+/// baking, the point of no return, rolling back, rolled back, halted,
+/// completed; and a refused version, once.
+async fn rollout_events(ctx: &Context, cluster: &RedisCluster, status: &RedisClusterStatus, rollout: &RolloutPlan) {
+    use crate::api::rollout::RolloutPhase;
+    let old = cluster.status.clone().unwrap_or_default();
+    let (before, after) = (old.upgrade.as_ref(), status.upgrade.as_ref());
+    let labels = ClusterLabels::of(&cluster.namespace().unwrap_or_default(), &cluster.name_any());
+    if let Some(reason) = &rollout.refusal {
+        let ready_said = |s: &RedisClusterStatus| {
+            s.conditions.iter().find(|c| c.type_ == crate::api::names::CONDITION_READY).map(|c| c.message.clone())
+        };
+        if ready_said(&old) != ready_said(status) {
+            ctx.event(cluster, EventType::Warning, crate::api::names::REASON_VERSION_REFUSED, reason.clone()).await;
+        }
+    }
+    let Some(after) = after else { return };
+    let changed = |f: fn(&crate::api::rollout::UpgradeStatus) -> bool| before.is_none_or(|b| !f(b)) && f(after);
+    if before.is_none_or(|b| b.start_time != after.start_time) {
+        let note = format!(
+            "rolling out {} → {} ({}, {} shard(s), canary shard {}){}",
+            after.from,
+            after.to,
+            after.to_image,
+            after.shards_total,
+            after.canary_shard,
+            after.final_target.as_ref().map(|t| format!("; then on to {t}")).unwrap_or_default()
+        );
+        ctx.event(cluster, EventType::Normal, "RolloutStarted", note).await;
+    }
+    if changed(|u| u.canary_bake_until.is_some()) {
+        let until = after.canary_bake_until.as_ref().map(|t| t.0.to_string()).unwrap_or_default();
+        ctx.event(
+            cluster,
+            EventType::Normal,
+            "CanaryBaking",
+            format!("canary shard {} upgraded; baking until {until}", after.canary_shard),
+        )
+        .await;
+    }
+    if changed(|u| u.point_of_no_return_time.is_some()) {
+        let note = format!(
+            "a node on {} is master: the point of no return is passed; failed gates now halt instead of rolling back",
+            after.to
+        );
+        ctx.event(cluster, EventType::Normal, "PointOfNoReturn", note).await;
+    }
+    let phase_changed = before.is_none_or(|b| b.phase != after.phase);
+    if !phase_changed {
+        return;
+    }
+    let message = after.message.clone().unwrap_or_default();
+    match after.phase {
+        RolloutPhase::RollingBack => {
+            ctx.metrics.rollout_rollbacks_total.get_or_create(&labels).inc();
+            ctx.event(cluster, EventType::Warning, "RolloutRollingBack", message).await;
+        }
+        RolloutPhase::RolledBack => {
+            let why =
+                after.last_rollback.as_ref().map(|r| format!("gate {}: {}", r.gate, r.reason)).unwrap_or_default();
+            let note =
+                format!("every node runs {} again; {} is not retried until spec changes ({why})", after.from, after.to);
+            ctx.event(cluster, EventType::Warning, "RolloutRolledBack", note).await;
+        }
+        RolloutPhase::Halted => ctx.event(cluster, EventType::Warning, "RolloutHalted", message).await,
+        RolloutPhase::Completed => {
+            let took = after
+                .start_time
+                .as_ref()
+                .zip(after.completion_time.as_ref())
+                .map_or(0.0, |(a, b)| b.0.duration_since(a.0).as_secs_f64());
+            let note = format!("every node runs {} ({}); took {took:.0}s", after.to, after.to_image);
+            ctx.event(cluster, EventType::Normal, "RolloutCompleted", note).await;
+        }
+        RolloutPhase::Progressing => {}
+    }
 }
 
 /// Wall time per reconcile phase, for the debug log: which phase a slow

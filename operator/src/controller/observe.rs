@@ -8,6 +8,7 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::Api;
 
 use super::Context;
+use crate::api::Engine;
 use crate::api::names::LABEL_SHARD;
 use crate::error::Result;
 use crate::plan::{MemoryFact, PodFact, RedisFact};
@@ -27,7 +28,13 @@ fn pod_fact(pod: &Pod) -> Option<PodFact> {
     let ordinal = name.rsplit_once('-')?.1.parse().ok()?;
     let status = pod.status.as_ref();
     let running = status.and_then(|s| s.phase.as_deref()) == Some("Running");
+    let container = pod.spec.as_ref().and_then(|s| s.containers.iter().find(|c| c.name == "redis"));
+    let container_status =
+        status.and_then(|s| s.container_statuses.as_ref()).and_then(|cs| cs.iter().find(|c| c.name == "redis"));
     Some(PodFact {
+        image: container.and_then(|c| c.image.clone()),
+        restarts: container_status.map_or(0, |c| c.restart_count),
+        created: pod.metadata.creation_timestamp.as_ref().map(|t| t.0),
         ip: status.and_then(|s| s.pod_ip.clone()).filter(|_| running),
         node_name: pod.spec.as_ref().and_then(|s| s.node_name.clone()),
         node_lost: false,
@@ -102,11 +109,17 @@ fn node_counts_as_up(node: &Node) -> bool {
 
 async fn ask(pool: &Pool, key: &str, ip: &str, password: &str) -> Result<RedisFact> {
     let facts = pool.node(key, ip, password).await?.facts().await?;
+    // Valkey reports `redis_version` 7.2.4 for clients' sake; its own is `valkey_version`.
+    let (engine, version) = match info_field(&facts.server_info, "valkey_version") {
+        Some(version) => (Engine::Valkey, Some(version)),
+        None => (Engine::Redis, info_field(&facts.server_info, "redis_version")),
+    };
     let offset_field =
         if facts.nodes.iter().any(|n| n.myself && n.master) { "master_repl_offset" } else { "slave_repl_offset" };
     Ok(RedisFact {
         cluster_state: info_field(&facts.cluster_info, "cluster_state").unwrap_or("unknown").to_owned(),
-        version: info_field(&facts.server_info, "redis_version").unwrap_or("unknown").to_owned(),
+        engine,
+        version: version.unwrap_or("unknown").to_owned(),
         replication_offset: info_field(&facts.replication_info, offset_field).and_then(|v| v.parse().ok()),
         link_up: info_field(&facts.replication_info, "master_link_status") == Some("up"),
         memory: MemoryFact {

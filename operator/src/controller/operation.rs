@@ -2,9 +2,10 @@
 //!
 //! Pending → validated (cluster exists, shard exists and has a replica, no
 //! other operation running on the cluster) → Running: the target replica
-//! must be linked and caught up, then `CLUSTER FAILOVER` (FORCE only when the
-//! master cannot be reached) → Succeeded once Redis reports the new roles,
-//! Failed with the reason otherwise. Nothing is changed by a request that
+//! must be linked and caught up, then the cluster's reconcile sends `CLUSTER
+//! FAILOVER` (FORCE only when the master cannot be reached; see
+//! `plan::intents`) → Succeeded once Redis reports the new roles, Failed
+//! with the reason otherwise. Nothing is changed by a request that
 //! fails validation. The status is the checkpoint: a restarted operator
 //! resumes from the phase and whether the command was already sent.
 
@@ -58,8 +59,13 @@ fn error_policy(operation: Arc<RedisOperation>, error: &Error, _ctx: Arc<Context
 /// What a reconcile decided about an operation.
 enum Outcome {
     Fail(String),
-    Start { from: String, to: String },
-    Send { to: String, force: bool },
+    Start {
+        from: String,
+        to: String,
+    },
+    Begin(String),
+    /// A rolling restart in progress: looked at again every few seconds.
+    Follow,
     Succeed(String),
     Wait,
 }
@@ -94,6 +100,7 @@ async fn reconcile_in_span(operation: Arc<RedisOperation>, ctx: Arc<Context>, na
     };
     let outcome = match operation.spec.type_ {
         OperationType::Failover => decide_failover(&ctx, &operation, &cluster, &status, &namespace).await?,
+        OperationType::RollingRestart => decide_restart(&ctx, &operation, &cluster, &status, &namespace).await?,
     };
     match outcome {
         Outcome::Fail(reason) => {
@@ -115,33 +122,24 @@ async fn reconcile_in_span(operation: Arc<RedisOperation>, ctx: Arc<Context>, na
                 ..status
             };
             write(&ctx, &operation, next).await?;
+            ctx.nudge(&cluster);
             event(&ctx, &operation, Some(&cluster), EventType::Normal, "FailoverStarted", message).await;
             Ok(Requeue::requeue(Duration::ZERO))
         }
-        Outcome::Send { to, force } => {
-            let pod = ctx.caches.pods_of(&namespace, cluster_name).into_iter().find(|p| p.name_any() == to);
-            let ip = pod.and_then(|p| p.status.as_ref()?.pod_ip.clone()).unwrap_or_default();
-            let password = super::apply::password(&ctx, &cluster, &namespace).await?;
-            let key = format!("{namespace}/{cluster_name}");
-            let mut node = ctx.redis.node(&key, &ip, &password).await?;
-            if force {
-                node.failover_force().await?
-            } else {
-                node.failover().await?
-            };
-            let how = if force { "CLUSTER FAILOVER FORCE (the master is unreachable)" } else { "CLUSTER FAILOVER" };
-            let message = format!("sent {how} to {to}; waiting for the new roles");
+        Outcome::Begin(message) => {
             let next = RedisOperationStatus {
-                failover_sent_time: Some(Time(Timestamp::now())),
+                phase: Some(OperationPhase::Running),
+                start_time: Some(Time(Timestamp::now())),
                 message: Some(message.clone()),
                 ..status
             };
             write(&ctx, &operation, next).await?;
             ctx.nudge(&cluster);
-            event(&ctx, &operation, Some(&cluster), EventType::Normal, "FailoverSent", message).await;
+            event(&ctx, &operation, Some(&cluster), EventType::Normal, "RestartStarted", message).await;
             Ok(Requeue::requeue(POLL))
         }
         Outcome::Wait => Ok(Requeue::requeue(POLL)),
+        Outcome::Follow => Ok(Requeue::requeue(Duration::from_secs(2))),
     }
 }
 
@@ -168,12 +166,9 @@ async fn decide_failover(
     }
     let phase = status.phase.unwrap_or_default();
     if phase == OperationPhase::Pending
-        && let Some(other) = running_operation(ctx, operation, namespace).await?
+        && let Some(reason) = blocked(ctx, operation, cluster, namespace).await?
     {
-        return Ok(Outcome::Fail(format!(
-            "RedisOperation {other} is running on cluster {}; wait for it to finish, then create this one again",
-            cluster.name_any()
-        )));
+        return Ok(Outcome::Fail(reason));
     }
     let password = super::apply::password(ctx, cluster, namespace).await?;
     let pods: Vec<PodFact> =
@@ -203,8 +198,8 @@ async fn decide_failover(
                     }
                 }
                 None => match view.readiness(&from, &to) {
-                    Readiness::CaughtUp => Outcome::Send { to, force: false },
-                    Readiness::MasterGone => Outcome::Send { to, force: true },
+                    // The cluster's reconcile sends the command (one writer to Redis).
+                    Readiness::CaughtUp | Readiness::MasterGone => Outcome::Wait,
                     Readiness::Behind(lag) => {
                         let started = status.start_time.as_ref().map(|t| t.0).unwrap_or_else(Timestamp::now);
                         if Timestamp::now().duration_since(started).as_secs_f64() > FAILOVER_DEADLINE.as_secs_f64() {
@@ -226,6 +221,65 @@ async fn decide_failover(
             }
         }
         OperationPhase::Succeeded | OperationPhase::Failed => Outcome::Wait,
+    })
+}
+
+/// Why an operation cannot start now: a rollout or another operation runs.
+async fn blocked(
+    ctx: &Context,
+    operation: &RedisOperation,
+    cluster: &RedisCluster,
+    namespace: &str,
+) -> Result<Option<String>> {
+    let status = cluster.status.as_ref();
+    if let Some(upgrade) =
+        status.and_then(|s| s.upgrade.as_ref()).filter(|_| status.is_some_and(crate::plan::rollout::in_progress))
+    {
+        return Ok(Some(format!(
+            "cluster {} is rolling out {} → {}; create this operation again once the rollout has finished",
+            cluster.name_any(),
+            upgrade.from,
+            upgrade.to
+        )));
+    }
+    Ok(running_operation(ctx, operation, namespace).await?.map(|other| {
+        format!(
+            "RedisOperation {other} is running on cluster {}; wait for it to finish, then create this one again",
+            cluster.name_any()
+        )
+    }))
+}
+
+/// A rolling restart: the cluster's reconcile runs it as a rollout to the
+/// same version (`status.upgrade.operation` names this operation).
+async fn decide_restart(
+    ctx: &Context,
+    operation: &RedisOperation,
+    cluster: &RedisCluster,
+    status: &RedisOperationStatus,
+    namespace: &str,
+) -> Result<Outcome> {
+    use crate::api::rollout::RolloutPhase;
+    if status.phase.unwrap_or_default() == OperationPhase::Pending {
+        if let Some(reason) = blocked(ctx, operation, cluster, namespace).await? {
+            return Ok(Outcome::Fail(reason));
+        }
+        return Ok(Outcome::Begin(format!(
+            "recreating every Pod of {} once, replicas first, each master handing over first",
+            cluster.name_any()
+        )));
+    }
+    let name = operation.name_any();
+    let upgrade =
+        cluster.status.as_ref().and_then(|s| s.upgrade.as_ref()).filter(|u| u.operation.as_deref() == Some(&name));
+    Ok(match upgrade {
+        Some(u) if u.phase == RolloutPhase::Completed => {
+            Outcome::Succeed(format!("every Pod of {} shard(s) recreated once, nothing lost", u.shards_total))
+        }
+        Some(u) if matches!(u.phase, RolloutPhase::RolledBack | RolloutPhase::Halted) => {
+            Outcome::Fail(u.message.clone().unwrap_or_else(|| format!("the restart stopped: {:?}", u.phase)))
+        }
+        _ => Outcome::Follow,
     })
 }
 
@@ -320,6 +374,26 @@ impl<'a> ShardView<'a> {
         let lag = master.replication_offset.unwrap_or(0) - replica.replication_offset.unwrap_or(0);
         if lag > MAX_LAG_BYTES { Readiness::Behind(lag) } else { Readiness::CaughtUp }
     }
+}
+
+/// Records on a running failover that the cluster's reconcile sends its
+/// command now (the checkpoint before the act), with an event on both.
+pub(super) async fn mark_sent(ctx: &Context, namespace: &str, name: &str, to: &str, force: bool) -> Result<()> {
+    let key = kube::runtime::reflector::ObjectRef::new(name).within(namespace);
+    let Some(operation) = ctx.caches.operations.get(&key) else { return Ok(()) };
+    let status = operation.status.clone().unwrap_or_default();
+    let how = if force { "CLUSTER FAILOVER FORCE (the master is unreachable)" } else { "CLUSTER FAILOVER" };
+    let message = format!("sent {how} to {to}; waiting for the new roles");
+    let next = RedisOperationStatus {
+        failover_sent_time: Some(Time(Timestamp::now())),
+        message: Some(message.clone()),
+        ..status
+    };
+    write(ctx, &operation, next).await?;
+    let clusters: Api<RedisCluster> = Api::namespaced(ctx.client.clone(), namespace);
+    let cluster = clusters.get_opt(&operation.spec.cluster).await.ok().flatten();
+    event(ctx, &operation, cluster.as_ref(), EventType::Normal, "FailoverSent", message).await;
+    Ok(())
 }
 
 async fn finish(

@@ -5,7 +5,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
 
 use crate::api::names::*;
+use crate::api::rollout::RolloutPhase;
 use crate::api::{NodeStatus, Phase, RedisCluster, RedisClusterStatus, ReshardStatus, StepStatus};
+use crate::plan::rollout::RolloutPlan;
 use crate::plan::{Action, Observed};
 use crate::redis::topology::{SLOTS, count};
 
@@ -15,6 +17,7 @@ pub fn build_status(
     cluster: &RedisCluster,
     observed: &Observed,
     action: &Action,
+    rollout: &RolloutPlan,
     step_done: bool,
     step_started: Timestamp,
     now: Timestamp,
@@ -35,6 +38,7 @@ pub fn build_status(
                 role: me.map(|n| if n.master { "master".into() } else { "replica".into() }),
                 master_id: me.and_then(|n| n.master_id.clone()),
                 slots: me.map(|n| n.slots.iter().map(ToString::to_string).collect()).unwrap_or_default(),
+                engine: fact.map(|f| f.engine),
                 version: fact.map(|f| f.version.clone()),
                 // Raw offsets move with every replication ping, which would turn each
                 // resync into a status write; lag reporting comes with failover work.
@@ -54,14 +58,17 @@ pub fn build_status(
     } else {
         Some(states.iter().find(|s| **s != "ok").copied().unwrap_or("unknown").to_owned())
     };
-    let versions: std::collections::BTreeSet<&str> = observed.redis.values().map(|f| f.version.as_str()).collect();
-    let current_version =
-        if versions.len() == 1 { versions.first().map(|v| v.to_string()) } else { old.current_version.clone() };
-
+    let (current_engine, current_version, current_image) = rollout.current.clone();
     let converged = *action == Action::Converged;
     let refused = matches!(action, Action::Refused(_));
     let was_running = matches!(old.phase, Some(Phase::Running | Phase::Recovering | Phase::Scaling));
+    let upgrade = rollout.status.clone();
+    let upgrading = upgrade.as_ref().is_some_and(|u| {
+        matches!(u.phase, RolloutPhase::Progressing | RolloutPhase::RollingBack | RolloutPhase::Halted)
+    });
+    let halted = upgrade.as_ref().filter(|u| u.phase == RolloutPhase::Halted);
     let phase = match action {
+        _ if upgrading => Phase::Upgrading,
         Action::Converged | Action::Refused(_) => Phase::Running,
         _ if was_running && scaling(observed, action) => Phase::Scaling,
         _ if was_running => Phase::Recovering,
@@ -70,6 +77,19 @@ pub fn build_status(
     };
     let (step_name, message) = describe(action);
     let serving = converged || refused;
+    // Why the cluster is not where spec asks, though it serves: a rollout
+    // running, halted or rolled back, or a version that cannot be reached.
+    let version_gap: Option<(&str, String, bool)> = if let Some(reason) = &rollout.refusal {
+        Some((REASON_VERSION_REFUSED, reason.clone(), true))
+    } else if let Some(u) = halted {
+        Some((REASON_ROLLOUT_HALTED, u.message.clone().unwrap_or_else(|| message.clone()), true))
+    } else if upgrading {
+        let u = upgrade.as_ref().expect("upgrading");
+        let what = if u.phase == RolloutPhase::RollingBack { "rolling back" } else { "rolling out" };
+        Some((REASON_UPGRADING, format!("{what} {} → {}: {message}", u.from, u.to), false))
+    } else {
+        rollout.held.as_ref().map(|held| (REASON_ROLLED_BACK, held.clone(), true))
+    };
     let (progress_reason, degraded_reason) = match phase {
         _ if refused => (REASON_REFUSED, REASON_REFUSED),
         Phase::Scaling => (REASON_SCALING, REASON_NONE),
@@ -77,34 +97,56 @@ pub fn build_status(
         _ if converged => (REASON_CONVERGED, REASON_NONE),
         _ => (REASON_BOOTSTRAPPING, REASON_NONE),
     };
-    let ready = condition(
-        &old,
-        CONDITION_READY,
-        serving,
-        if serving { REASON_CLUSTER_HEALTHY } else { progress_reason },
-        if serving { "all slots served, every shard has its replicas".into() } else { message.clone() },
-        generation,
-        now,
-    );
-    let progressing = condition(
-        &old,
-        CONDITION_PROGRESSING,
-        !serving,
-        progress_reason,
-        if converged { "nothing to do".into() } else { message.clone() },
-        generation,
-        now,
-    );
-    let degraded_now = refused || phase == Phase::Recovering;
-    let degraded = condition(
-        &old,
-        CONDITION_DEGRADED,
-        degraded_now,
-        degraded_reason,
-        if degraded_now { message.clone() } else { "no degradation".into() },
-        generation,
-        now,
-    );
+    let ready_now = serving && version_gap.is_none();
+    let ready = match &version_gap {
+        Some((reason, why, _)) if serving || upgrading => {
+            condition(&old, CONDITION_READY, false, reason, why.clone(), generation, now)
+        }
+        _ => condition(
+            &old,
+            CONDITION_READY,
+            ready_now,
+            if ready_now { REASON_CLUSTER_HEALTHY } else { progress_reason },
+            if ready_now { "all slots served, every shard has its replicas".into() } else { message.clone() },
+            generation,
+            now,
+        ),
+    };
+    // Progressing is True while something moves; a halted or rolled-back
+    // rollout (or a refused version) is not progressing, so a pipeline
+    // waiting on Ready can fail fast on Progressing=False.
+    let progressing = match &version_gap {
+        Some((reason, why, true)) => {
+            condition(&old, CONDITION_PROGRESSING, false, reason, why.clone(), generation, now)
+        }
+        Some((reason, why, false)) => {
+            condition(&old, CONDITION_PROGRESSING, true, reason, why.clone(), generation, now)
+        }
+        None => condition(
+            &old,
+            CONDITION_PROGRESSING,
+            !serving,
+            progress_reason,
+            if converged { "nothing to do".into() } else { message.clone() },
+            generation,
+            now,
+        ),
+    };
+    let degraded = match &version_gap {
+        Some((reason, why, true)) => condition(&old, CONDITION_DEGRADED, true, reason, why.clone(), generation, now),
+        _ => {
+            let degraded_now = refused || phase == Phase::Recovering;
+            condition(
+                &old,
+                CONDITION_DEGRADED,
+                degraded_now,
+                degraded_reason,
+                if degraded_now { message.clone() } else { "no degradation".into() },
+                generation,
+                now,
+            )
+        }
+    };
     let reshard = match action {
         Action::Converged => None,
         Action::MoveSlots { batches, remaining, repair: false, .. } => {
@@ -133,7 +175,10 @@ pub fn build_status(
         ready_replicas,
         slots_assigned,
         cluster_state,
-        current_version,
+        current_engine: Some(current_engine),
+        current_version: Some(current_version),
+        current_image: Some(current_image),
+        upgrade,
         nodes,
         step: (!converged).then(|| StepStatus { name: step_name.into(), progress: Some(message) }),
         reshard,
@@ -183,7 +228,9 @@ pub fn describe(action: &Action) -> (&'static str, String) {
             let ids: std::collections::BTreeSet<&String> = ids_by_pod.values().flatten().collect();
             ("ForgetNodes", format!("forgetting {} departed node(s)", ids.len()))
         }
-        Action::Failover { pod, shard, reason } => ("Failover", format!("shard {shard}: promoting {pod}: {reason}")),
+        Action::Failover { pod, shard, reason, .. } => {
+            ("Failover", format!("shard {shard}: promoting {pod}: {reason}"))
+        }
         Action::Stabilize { slots_by_pod } => (
             "StabilizeSlots",
             format!("clearing {} orphaned migration mark(s)", slots_by_pod.values().flatten().count()),
@@ -198,6 +245,7 @@ pub fn describe(action: &Action) -> (&'static str, String) {
         }
         Action::RemoveShard { shard } => ("RemoveShard", format!("removing drained shard {shard}")),
         Action::DeletePod { pod, reason } => ("ReplacePod", format!("replacing {pod}: {reason}")),
+        Action::RecreatePod { pod, reason, .. } => ("RecreatePod", format!("recreating {pod}: {reason}")),
         Action::Converged => ("Converged", "converged".into()),
     }
 }

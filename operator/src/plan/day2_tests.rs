@@ -130,7 +130,10 @@ fn replicas_scale_up_down_and_up_without_moving_slots() {
 fn shrinking_replicas_fails_over_a_master_on_a_removed_ordinal_first() {
     let mut o = healthy(3, 1);
     // Shard 0's master is ordinal 1 after an earlier failover.
-    apply(&mut o, &Action::Failover { pod: "c-shard-0-1".into(), shard: 0, reason: "test".into() });
+    apply(
+        &mut o,
+        &Action::Failover { pod: "c-shard-0-1".into(), shard: 0, reason: "test".into(), force: false, operation: None },
+    );
     o.replicas_per_master = 0;
     assert_eq!(o.shard_sizes()[&0], 2, "shard 0 keeps its master's Pod for now");
     assert_eq!(o.shard_sizes()[&1], 1);

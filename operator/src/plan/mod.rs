@@ -20,7 +20,9 @@
 //!    the staying masters' maxmemory cannot hold the data;
 //! 9. remove drained leaving shards; then converged.
 
+pub mod intents;
 pub mod moves;
+pub mod rollout;
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -30,7 +32,7 @@ pub use slotkeeper_api::balance::targets;
 pub use slotkeeper_api::capacity::MemoryFact;
 
 /// A Pod of the cluster as Kubernetes reports it.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct PodFact {
     pub name: String,
     pub shard: usize,
@@ -41,6 +43,11 @@ pub struct PodFact {
     /// That Node is not Ready (the node controller gave up on it): the Pod
     /// will not come back by itself.
     pub node_lost: bool,
+    /// The Redis container's image (a rollout recreates Pods onto a new one).
+    pub image: Option<String>,
+    /// The Redis container's restarts since the Pod was created.
+    pub restarts: i32,
+    pub created: Option<k8s_openapi::jiff::Timestamp>,
 }
 
 /// What one Redis node said about itself and the cluster.
@@ -50,6 +57,9 @@ pub struct RedisFact {
     pub nodes: Vec<ClusterNode>,
     /// `cluster_state` from `CLUSTER INFO`.
     pub cluster_state: String,
+    /// The server and its version (`valkey_version` on Valkey, whose
+    /// `redis_version` is a compatibility figure).
+    pub engine: slotkeeper_api::Engine,
     pub version: String,
     pub replication_offset: Option<i64>,
     /// `master_link_status:up` on a replica.
@@ -79,6 +89,9 @@ pub struct Observed {
     pub pods: Vec<PodFact>,
     /// Facts per Pod name; a Pod missing here could not be asked.
     pub redis: BTreeMap<String, RedisFact>,
+    /// A shard that runs one Pod more than its replicas ask for: the
+    /// temporary replica of a rollout's surge.
+    pub surge: Option<usize>,
 }
 
 /// A node addressed by Pod, id and IP, as an action needs it.
@@ -112,8 +125,10 @@ pub enum Action {
     Replicate { pod: String, master_pod: String, master_id: String },
     /// Every listed node forgets the listed ids of nodes that are gone.
     Forget { ids_by_pod: BTreeMap<String, Vec<String>> },
-    /// Promote a caught-up replica with `CLUSTER FAILOVER` (coordinated).
-    Failover { pod: String, shard: usize, reason: String },
+    /// Promote a caught-up replica with `CLUSTER FAILOVER` (coordinated;
+    /// FORCE only when the master cannot be reached). `operation` names the
+    /// RedisOperation that asked for it, whose status records it as sent.
+    Failover { pod: String, shard: usize, reason: String, force: bool, operation: Option<String> },
     /// Move slots, pairs of masters in parallel; `repair` when finishing
     /// slots something left open. `remaining` counts slots still to move
     /// after this step; `others` hear the new owners at once.
@@ -123,6 +138,9 @@ pub enum Action {
     /// Force-delete a Pod stranded on a lost Node, so its StatefulSet
     /// recreates it on a Node that works.
     DeletePod { pod: String, reason: String },
+    /// Delete a Pod so its StatefulSet (`OnDelete`) recreates it on the
+    /// shard's current image: a rollout's step.
+    RecreatePod { pod: String, shard: usize, reason: String },
     /// Delete a drained leaving shard's StatefulSet.
     RemoveShard { shard: usize },
     /// The cluster matches the spec.
@@ -146,6 +164,7 @@ impl Action {
             | Action::Refused(_)
             | Action::RemoveShard { .. }
             | Action::DeletePod { .. }
+            | Action::RecreatePod { .. }
             | Action::Converged => vec![],
         }
     }
@@ -161,9 +180,9 @@ impl Observed {
     /// shrinks only once every Pod it has answered and its master is on a Pod
     /// that stays (it is failed over first): never guess about the data.
     pub fn shard_sizes(&self) -> BTreeMap<usize, usize> {
-        let wanted = self.replicas_per_master + 1;
         (0..self.shards)
             .map(|shard| {
+                let wanted = self.replicas_per_master + 1 + usize::from(self.surge == Some(shard));
                 let pods: Vec<&PodFact> = self.pods.iter().filter(|p| p.shard == shard).collect();
                 let current = pods.iter().map(|p| p.ordinal + 1).max().unwrap_or(0);
                 if current <= wanted {
@@ -413,8 +432,8 @@ fn forget_departed(observed: &Observed, reachable: &[&PodFact]) -> Option<Action
 /// A shard shrinking its replicas keeps its highest ordinals until its
 /// master is on a Pod that stays: promote a caught-up replica that stays.
 fn failover_off_removed_ordinals(observed: &Observed, masters: &BTreeMap<usize, Option<&PodFact>>) -> Option<Action> {
-    let wanted = observed.replicas_per_master + 1;
     for (&shard, master) in masters {
+        let wanted = observed.replicas_per_master + 1 + usize::from(observed.surge == Some(shard));
         let master = (*master)?;
         if shard >= observed.shards || master.ordinal < wanted {
             continue;
@@ -428,6 +447,8 @@ fn failover_off_removed_ordinals(observed: &Observed, masters: &BTreeMap<usize, 
         });
         return Some(match candidate {
             Some(pod) => Action::Failover {
+                force: false,
+                operation: None,
                 pod: pod.name.clone(),
                 shard,
                 reason: format!("{} is removed by replicasPerMaster {}", master.name, observed.replicas_per_master),

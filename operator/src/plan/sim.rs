@@ -32,6 +32,7 @@ pub fn add_fresh_pod(o: &mut Observed, shard: usize, ordinal: usize) {
         RedisFact {
             nodes: vec![me],
             cluster_state: "fail".into(),
+            engine: slotkeeper_api::Engine::Redis,
             version: "7.0.15".into(),
             replication_offset: None,
             link_up: false,
@@ -39,12 +40,13 @@ pub fn add_fresh_pod(o: &mut Observed, shard: usize, ordinal: usize) {
             stats: Default::default(),
         },
     );
-    o.pods.push(PodFact { ip: Some(format!("ip-{name}")), name, shard, ordinal, node_name: None, node_lost: false });
+    o.pods.push(PodFact { ip: Some(format!("ip-{name}")), name, shard, ordinal, ..PodFact::default() });
 }
 
 /// Fresh nodes: each knows only itself.
 pub fn fresh(shards: usize, replicas: usize) -> Observed {
-    let mut o = Observed { shards, replicas_per_master: replicas, pods: Vec::new(), redis: BTreeMap::new() };
+    let mut o =
+        Observed { shards, replicas_per_master: replicas, pods: Vec::new(), redis: BTreeMap::new(), surge: None };
     for shard in 0..shards {
         for ordinal in 0..=replicas {
             add_fresh_pod(&mut o, shard, ordinal);
@@ -212,7 +214,7 @@ pub fn apply(o: &mut Observed, action: &Action) {
             }
             sync(o);
         }
-        Action::DeletePod { pod, .. } => remove_pods(o, std::slice::from_ref(pod)),
+        Action::DeletePod { pod, .. } | Action::RecreatePod { pod, .. } => remove_pods(o, std::slice::from_ref(pod)),
         Action::RemoveShard { shard } => {
             let names: Vec<String> = o.pods.iter().filter(|p| p.shard == *shard).map(|p| p.name.clone()).collect();
             remove_pods(o, &names);
