@@ -19,7 +19,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::operator::*;
-use common::writer::{ClusterClient, Writer, missing};
+use common::writer::{ClusterClient, Writer, lost_after_settling};
 use common::*;
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
@@ -106,20 +106,8 @@ fn main() {
         // Keys may be briefly unreadable (a node still loading its AOF): a
         // key counts as lost only if it is still missing 20 s later.
         let mut client = ClusterClient::new(node_ips(&cluster), &password).await;
-        let mut unread = missing(&mut client, &seeds, 0).await;
-        unread.extend(missing(&mut client, &record.acknowledged, 1).await);
-        let mut with_data = started.elapsed().as_secs_f64();
-        for _ in 0..10 {
-            if unread.is_empty() {
-                break;
-            }
-            tokio::time::sleep(Duration::from_secs(2)).await;
-            let keys: Vec<String> = unread.iter().map(|m| m.split(':').take(2).collect::<Vec<_>>().join(":")).collect();
-            let (seeded, acked): (Vec<String>, Vec<String>) = keys.into_iter().partition(|k| k.starts_with("seed:"));
-            unread = missing(&mut client, &seeded, 0).await;
-            unread.extend(missing(&mut client, &acked, 1).await);
-            with_data = started.elapsed().as_secs_f64();
-        }
+        let unread = lost_after_settling(&mut client, &seeds, &record.acknowledged).await;
+        let with_data = started.elapsed().as_secs_f64();
         let lost = unread.len();
         if lost > 0 {
             eprintln!("still missing, e.g. {:?}", &unread[..lost.min(5)]);

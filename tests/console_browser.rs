@@ -325,6 +325,36 @@ async fn without_scripts_a_scale_in_is_previewed_confirmed_and_made() {
     assert!(browser.text("#summary").await.contains("3 of 3"));
     browser.screenshot("22-scaled-in-no-script").await;
     assert!(audited(env, "alice", &ns).iter().any(|a| a == "patch redisclusters/scale plain"));
+
+    // A version change: only reachable releases offered, the planned steps shown first.
+    assert!(browser.text("#version").await.contains("redis 7.0.15"), "the Version fragment says what runs");
+    let offered = browser.text("#version-target").await;
+    assert!(offered.contains("valkey 8.1.8") && !offered.contains("6.2.14"), "{offered}");
+    // From 7.0.15 the one reachable release, already selected.
+    browser.click("#version-submit").await;
+    browser.wait_for_text("h1", "to valkey 8.1.8?", Duration::from_secs(10)).await;
+    let steps = browser.text("#planned-steps").await;
+    assert!(steps.contains("Rollout 1 of 1: redis 7.0.15 → valkey 8.1.8"), "{steps}");
+    assert!(steps.contains("a temporary replica plain-shard-0-1"), "no replicas: a surge per shard: {steps}");
+    assert!(steps.contains("Point of no return"), "{steps}");
+    browser.screenshot("23-version-plan").await;
+    assert_eq!(api.get("plain").await.unwrap().spec.version, "7.0.15", "nothing changed before confirming");
+    browser.click("#confirm-version").await;
+    browser.wait_for_text(".flash", "out to valkey 8.1.8", Duration::from_secs(10)).await;
+    let asked = api.get("plain").await.unwrap().spec;
+    assert_eq!((asked.engine.to_string(), asked.version.as_str()), ("valkey".to_owned(), "8.1.8"));
+    assert!(audited(env, "alice", &ns).iter().any(|a| a == "patch redisclusters plain"));
+    wait_until("the rollout to valkey completed", Duration::from_secs(300), || async {
+        let c = api.get("plain").await.ok()?;
+        let s = c.status?;
+        (s.current_version.as_deref() == Some("8.1.8") && s.phase == Some(slotkeeper_api::Phase::Running)).then_some(())
+    })
+    .await;
+    browser.goto(&format!("/clusters/{ns}/plain")).await;
+    let version = browser.text("#version").await;
+    assert!(version.contains("valkey 8.1.8") && version.contains("Completed"), "{version}");
+    assert!(version.contains("Point of no return") && version.contains("passed"), "{version}");
+    browser.screenshot("24-version-rolled-out").await;
 }
 
 #[tokio::test]

@@ -12,6 +12,7 @@ use kube::{Api, Client};
 pub mod browser;
 pub mod metrics;
 pub mod operator;
+pub mod rollout;
 pub mod writer;
 
 use slotkeeper_env::{Environment, EnvironmentOptions, tools};

@@ -272,6 +272,12 @@ impl Writer {
         *self.seeds.lock().unwrap() = seeds;
     }
 
+    /// The addresses the writer starts from, to follow Pods as they move.
+    #[allow(dead_code)] // not every test binary moves Pods
+    pub fn seeds_handle(&self) -> Arc<Mutex<Vec<String>>> {
+        self.seeds.clone()
+    }
+
     /// The longest gap so far, and resets it (a phase starts).
     pub fn take_gap(&self) -> Duration {
         std::mem::take(&mut self.record.lock().unwrap().longest_gap)
@@ -311,6 +317,29 @@ pub async fn assert_all_read_back(client: &mut ClusterClient, seeds: &[String], 
     let acknowledged = writer.snapshot();
     assert_none_lost(client, &acknowledged, 1, &format!("{step}: acknowledged")).await;
     eprintln!("{step}: all {} seeded and {} acknowledged keys read back", seeds.len(), acknowledged.len());
+}
+
+/// Seeded (`seed:` keys, value offset 0) and acknowledged (offset 1) keys
+/// still missing after up to 20 s: a node may still be loading its data, so
+/// a key counts as lost only if it stays missing.
+pub async fn lost_after_settling(
+    client: &mut ClusterClient,
+    seeded: &[String],
+    acknowledged: &[String],
+) -> Vec<String> {
+    let mut lost = missing(client, seeded, 0).await;
+    lost.extend(missing(client, acknowledged, 1).await);
+    for _ in 0..10 {
+        if lost.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let keys: Vec<String> = lost.iter().map(|m| m.split(':').take(2).collect::<Vec<_>>().join(":")).collect();
+        let (seeded, acked): (Vec<String>, Vec<String>) = keys.into_iter().partition(|k| k.starts_with("seed:"));
+        lost = missing(client, &seeded, 0).await;
+        lost.extend(missing(client, &acked, 1).await);
+    }
+    lost
 }
 
 /// Asserts that [`missing`] finds nothing, naming `what` and a few lost keys.

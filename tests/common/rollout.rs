@@ -1,0 +1,216 @@
+//! Rollout helpers: a poller that asks every node its role every 100 ms,
+//! a writer that follows recreated Pods, and waits on rollout outcomes.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{Event, Pod};
+use kube::api::ListParams;
+use kube::{Api, ResourceExt as _};
+use slotkeeper_operator::api::RedisCluster;
+
+use super::operator::node_ips;
+use super::wait_until;
+use super::writer::Writer;
+
+/// Asks every Pod of the cluster `ROLE` every 100 ms; counts samples in which
+/// a shard had no node answering as master, and notes every Pod made after
+/// it started, in order (Events are aggregated per reason, so they cannot
+/// tell the order).
+pub struct Poller {
+    samples: Arc<Mutex<(usize, Vec<String>)>>,
+    appeared: Arc<Mutex<Vec<String>>>,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Poller {
+    pub fn start(pods: Api<Pod>, cluster: &str, password: &str, shards: usize) -> Self {
+        let samples = Arc::new(Mutex::new((0, Vec::new())));
+        let appeared = Arc::new(Mutex::new(Vec::new()));
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (s, st, cluster, password) = (samples.clone(), stop.clone(), cluster.to_owned(), password.to_owned());
+        let made = appeared.clone();
+        let task = tokio::spawn(async move {
+            let mut ips: BTreeMap<String, (usize, String)> = BTreeMap::new();
+            let mut seen: Option<BTreeSet<String>> = None;
+            let mut connections: BTreeMap<String, redis::aio::MultiplexedConnection> = BTreeMap::new();
+            let mut listed = Instant::now() - Duration::from_secs(5);
+            while !st.load(std::sync::atomic::Ordering::Relaxed) {
+                if listed.elapsed() > Duration::from_millis(500) {
+                    let selector = format!("slotkeeper.io/cluster={cluster}");
+                    if let Ok(list) = pods.list(&ListParams::default().labels(&selector)).await {
+                        let uids: BTreeSet<String> = list.items.iter().filter_map(|p| p.uid()).collect();
+                        match &mut seen {
+                            None => seen = Some(uids),
+                            Some(seen) => {
+                                for pod in list.items.iter().filter(|p| p.uid().is_some_and(|u| !seen.contains(&u))) {
+                                    made.lock().unwrap().push(pod.name_any());
+                                }
+                                seen.extend(uids);
+                            }
+                        }
+                        ips = list
+                            .items
+                            .iter()
+                            .filter_map(|p| {
+                                let shard = p.labels().get("slotkeeper.io/shard")?.parse().ok()?;
+                                Some((p.name_any(), (shard, p.status.as_ref()?.pod_ip.clone()?)))
+                            })
+                            .collect();
+                    }
+                    listed = Instant::now();
+                }
+                // Open connections are kept (as a client's would be), so a
+                // busy machine does not read as a missing master.
+                for (_, ip) in ips.values() {
+                    if !connections.contains_key(ip) {
+                        let url = format!("redis://:{password}@{ip}:6379/");
+                        let open = tokio::time::timeout(Duration::from_secs(1), async {
+                            redis::Client::open(url).ok()?.get_multiplexed_async_connection().await.ok()
+                        });
+                        if let Ok(Some(c)) = open.await {
+                            connections.insert(ip.clone(), c);
+                        }
+                    }
+                }
+                let asks = ips.values().map(|(shard, ip)| {
+                    let (shard, ip, connection) = (*shard, ip.clone(), connections.get(ip).cloned());
+                    async move {
+                        let role = tokio::time::timeout(Duration::from_secs(1), async {
+                            let mut c = connection?;
+                            let role: redis::Value = redis::cmd("ROLE").query_async(&mut c).await.ok()?;
+                            match role {
+                                redis::Value::Array(items) => match items.first() {
+                                    Some(redis::Value::BulkString(b)) => Some(String::from_utf8_lossy(b).into_owned()),
+                                    _ => None,
+                                },
+                                _ => None,
+                            }
+                        })
+                        .await
+                        .ok()
+                        .flatten();
+                        (shard, ip, role)
+                    }
+                });
+                let answers = futures::future::join_all(asks).await;
+                for (_, ip, role) in &answers {
+                    if role.is_none() {
+                        connections.remove(ip);
+                    }
+                }
+                let with_master: BTreeSet<usize> =
+                    answers.iter().filter(|(_, _, r)| r.as_deref() == Some("master")).map(|(s, ..)| *s).collect();
+                {
+                    let mut samples = s.lock().unwrap();
+                    samples.0 += 1;
+                    let sample = samples.0;
+                    for shard in (0..shards).filter(|s| !with_master.contains(s)) {
+                        samples.1.push(format!("sample {sample}: shard {shard} had no master"));
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        });
+        Self { samples, appeared, stop, task }
+    }
+
+    /// Samples taken, samples that found a shard without a master, and the
+    /// Pods made meanwhile in order.
+    pub async fn stop(self) -> (usize, Vec<String>, Vec<String>) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let _ = self.task.await;
+        let (samples, gaps) = self.samples.lock().unwrap().clone();
+        (samples, gaps, self.appeared.lock().unwrap().clone())
+    }
+}
+
+/// Keeps the writer pointed at the Pods as they are recreated with new addresses.
+pub fn follow_pods(writer: &Writer, pods: Api<Pod>, cluster: &str) -> tokio::task::JoinHandle<()> {
+    let seeds = writer.seeds_handle();
+    let selector = format!("slotkeeper.io/cluster={cluster}");
+    tokio::spawn(async move {
+        loop {
+            if let Ok(list) = pods.list(&ListParams::default().labels(&selector)).await {
+                let ips: Vec<String> = list.items.iter().filter_map(|p| p.status.as_ref()?.pod_ip.clone()).collect();
+                if !ips.is_empty() {
+                    *seeds.lock().unwrap() = ips;
+                }
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    })
+}
+
+pub fn condition<'a>(
+    cluster: &'a RedisCluster,
+    kind: &str,
+) -> Option<&'a k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition> {
+    cluster.status.as_ref()?.conditions.iter().find(|c| c.type_ == kind)
+}
+
+/// What `kubectl wait --for=condition=Ready` waits for, after a version bump.
+pub async fn wait_rolled_out(api: &Api<RedisCluster>, name: &str, engine: &str, version: &str) -> RedisCluster {
+    wait_until(&format!("{name} runs {engine} {version} and is Ready"), Duration::from_secs(900), || async {
+        let c = api.get(name).await.ok()?;
+        let status = c.status.as_ref()?;
+        let ready = condition(&c, "Ready").is_some_and(|r| r.status == "True");
+        let there = status.current_version.as_deref() == Some(version)
+            && status.current_engine.map(|e| e.to_string()).as_deref() == Some(engine);
+        (ready && there && status.observed_generation == c.metadata.generation).then_some(c)
+    })
+    .await
+}
+
+pub async fn events(kube: &kube::Client, ns: &str) -> Vec<Event> {
+    let mut list = Api::<Event>::namespaced(kube.clone(), ns).list(&ListParams::default()).await.unwrap().items;
+    list.sort_by_key(|e| e.metadata.creation_timestamp.clone().map(|t| t.0));
+    list
+}
+
+/// Every node's server says it runs `engine` `version`.
+pub async fn assert_every_node_runs(cluster: &RedisCluster, password: &str, engine: &str, version: &str) {
+    for ip in node_ips(cluster) {
+        let mut c = redis::Client::open(format!("redis://:{password}@{ip}:6379/"))
+            .unwrap()
+            .get_multiplexed_async_connection()
+            .await
+            .unwrap();
+        let info: String = redis::cmd("INFO").arg("server").query_async(&mut c).await.unwrap();
+        let field = if engine == "valkey" { "valkey_version:" } else { "redis_version:" };
+        let reported = info.lines().find_map(|l| l.strip_prefix(field)).map(str::trim);
+        assert_eq!(reported, Some(version), "{ip}: INFO server says {info}");
+    }
+}
+
+/// A cluster made for one test: settled, with keys seeded.
+pub struct Seeded {
+    pub ns: String,
+    pub clusters: Api<RedisCluster>,
+    pub pods: Api<Pod>,
+    pub cluster: RedisCluster,
+    pub password: String,
+    pub seeds: Vec<String>,
+}
+
+/// Applies RedisCluster `name` (`spec` as for `apply_cluster_spec`) in a new
+/// namespace, waits until it is settled with `nodes` nodes and seeds `keys` keys.
+pub async fn seeded_cluster(
+    env: &slotkeeper_env::Environment,
+    kube: &kube::Client,
+    namespace: &str,
+    name: &str,
+    spec: &str,
+    nodes: usize,
+    keys: usize,
+) -> Seeded {
+    let ns = super::namespace(kube, namespace).await;
+    let clusters: Api<RedisCluster> = Api::namespaced(kube.clone(), &ns);
+    super::operator::apply_cluster_spec(env, &ns, name, spec);
+    let cluster = super::operator::wait_settled(&clusters, name, 3, nodes, Duration::from_secs(240)).await;
+    let password = super::operator::password(kube, &ns, name).await;
+    let seeds = super::writer::ClusterClient::new(node_ips(&cluster), &password).await.seed("seed", keys).await;
+    Seeded { pods: Api::namespaced(kube.clone(), &ns), ns, clusters, cluster, password, seeds }
+}
