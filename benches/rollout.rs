@@ -138,9 +138,9 @@ where
     follower.abort();
     let record = writer.stop().await;
     let sync_full = syncs.total();
-    let clusters: Api<RedisCluster> = Api::namespaced(kube.clone(), ns);
-    let now = clusters.get("c").await.unwrap();
-    let mut client = ClusterClient::new(node_ips(&now), password).await;
+    // From the Pods themselves: a paused cluster's status keeps old addresses.
+    let list = pods.list(&ListParams::default().labels("slotkeeper.io/cluster=c")).await.unwrap();
+    let mut client = ClusterClient::new(list.items.iter().map(pod_ip).collect(), password).await;
     let lost = lost_after_settling(&mut client, seeds, &record.acknowledged).await;
     Outcome { lost: lost.len(), acknowledged: record.acknowledged.len(), gaps, sync_full, seconds }
 }

@@ -17,13 +17,13 @@ use common::*;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::ListParams;
 use kube::{Api, ResourceExt as _};
-use slotkeeper_operator::api::rollout::RolloutPhase;
 use slotkeeper_operator::api::Phase;
+use slotkeeper_operator::api::rollout::RolloutPhase;
 
 #[tokio::test]
 async fn redis_6_2_to_valkey_8_1_in_two_rollouts_with_nothing_lost_and_a_pause_held() {
     let env = shared_env();
-    let _operator = shared_operator(env);
+    let operator = shared_operator(env);
     let kube = env.client().await.unwrap();
     let base = "masters: 3, replicasPerMaster: 1, storage: {size: 1Gi}, upgrade: {canaryBakeSeconds: 3}";
     let spec = format!("{base}, version: 6.2.14");
@@ -108,6 +108,10 @@ async fn redis_6_2_to_valkey_8_1_in_two_rollouts_with_nothing_lost_and_a_pause_h
     let hops: Vec<&[String]> = order.chunks(6).collect();
     assert_eq!(hops[0][..2], ["roll-shard-0-1".to_owned(), "roll-shard-0-0".to_owned()], "{order:?}");
     assert_eq!(hops[1][..2], ["roll-shard-0-0".to_owned(), "roll-shard-0-1".to_owned()], "{order:?}");
+    let metrics = operator.metrics().await;
+    let steps =
+        common::metrics::sum(&metrics, "slotkeeper_rollout_steps_total{namespace=\"rollout\",cluster=\"roll\"}");
+    assert!(steps >= 18.0, "12 Pods recreated and 6 failovers counted as rollout steps ({steps})");
     for reason in ["RolloutStarted", "CanaryBaking", "PointOfNoReturn", "RolloutCompleted"] {
         assert!(history.iter().any(|e| e.reason.as_deref() == Some(reason)), "event {reason}");
     }

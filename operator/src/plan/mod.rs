@@ -4,7 +4,9 @@
 //! reconcile was triggered never matters: the same observation always yields
 //! the same step, so a restart at any point resumes where it stopped.
 //!
-//! Order, each step idempotent and safe to repeat after a crash:
+//! The steps, in [`STEPS`] order, one file per concern (membership, slots,
+//! moves, replicas, gossip; the rollout and intents beside them), each
+//! idempotent and safe to repeat after a crash:
 //! 1. every member Pod reachable (members: the kept Pods of staying shards,
 //!    and all Pods of leaving shards until they are drained);
 //! 2. ADDSLOTS for slots nobody owns (bootstrap: each shard master its even
@@ -20,14 +22,18 @@
 //!    the staying masters' maxmemory cannot hold the data;
 //! 9. remove drained leaving shards; then converged.
 
+mod gossip;
 pub mod intents;
+mod membership;
 pub mod moves;
+mod replicas;
 pub mod rollout;
+mod slots;
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::redis::migrate::SlotTransfer;
-use crate::redis::topology::{ClusterNode, SLOTS, SlotMap, SlotRange, shard_range, to_ranges};
+use crate::redis::topology::{ClusterNode, SlotMap, SlotRange};
 pub use slotkeeper_api::balance::targets;
 pub use slotkeeper_api::capacity::MemoryFact;
 
@@ -217,161 +223,73 @@ fn owns_slots(node: &ClusterNode) -> bool {
     node.master && !node.slots.is_empty()
 }
 
+/// What every step reads: the observation, and what is derived from it once.
+pub struct Planning<'a> {
+    observed: &'a Observed,
+    /// Pods the cluster should have now (staying shards' sizes plus every
+    /// Pod of a leaving shard until it is removed).
+    expected: usize,
+    members: Vec<&'a PodFact>,
+    reachable: Vec<&'a PodFact>,
+    masters: BTreeMap<usize, Option<&'a PodFact>>,
+    owned: SlotMap,
+    owned_count: usize,
+    /// Ids of the reachable members, and of every node that answered.
+    member_ids: BTreeSet<&'a str>,
+    live_ids: BTreeSet<&'a str>,
+}
+
+impl<'a> Planning<'a> {
+    fn new(observed: &'a Observed) -> Self {
+        let sizes = observed.shard_sizes();
+        let leaving = observed.pods.iter().filter(|p| p.shard >= observed.shards).count();
+        let members = observed.members();
+        let reachable: Vec<&PodFact> =
+            members.iter().copied().filter(|p| observed.redis.contains_key(&p.name)).collect();
+        let owned = SlotMap::of(observed.redis.values().flat_map(|f| f.nodes.iter()).flat_map(|n| n.slots.iter()));
+        Self {
+            expected: sizes.values().sum::<usize>() + leaving,
+            masters: shard_masters(observed, &reachable),
+            owned_count: owned.len(),
+            owned,
+            member_ids: reachable.iter().filter_map(|p| observed.id_of(&p.name)).collect(),
+            live_ids: observed.redis.values().filter_map(|f| f.myself()).map(|n| n.id.as_str()).collect(),
+            members,
+            reachable,
+            observed,
+        }
+    }
+}
+
+type Step = fn(&Planning) -> Option<Action>;
+
+/// The steps in order: the first with something to do decides. Each is
+/// idempotent and safe to repeat after a crash.
+const STEPS: &[Step] = &[
+    membership::replace_stranded_pod,
+    membership::wait_for_members,
+    slots::assign_unowned,
+    membership::meet_strangers,
+    membership::meet_at_new_addresses,
+    |p| moves::repair_open_slots(p.observed, &p.reachable),
+    replicas::attach,
+    gossip::wait_for_gossip,
+    gossip::forget_departed,
+    gossip::wait_for_departed,
+    gossip::wait_for_health,
+    replicas::fail_over_off_removed_ordinals,
+    |p| moves::rebalance(p.observed, &p.masters),
+    remove_drained_shard,
+];
+
 pub fn plan(observed: &Observed) -> Action {
-    let sizes = observed.shard_sizes();
-    let expected: usize =
-        sizes.values().sum::<usize>() + observed.pods.iter().filter(|p| p.shard >= observed.shards).count();
-    let members = observed.members();
-    let reachable: Vec<&PodFact> = members.iter().copied().filter(|p| observed.redis.contains_key(&p.name)).collect();
-    // A Pod on a lost Node never answers again, and its StatefulSet waits for
-    // the Pod object to go before it makes a new one: remove it.
-    if let Some(stranded) = observed.pods.iter().find(|p| p.node_lost && !observed.redis.contains_key(&p.name)) {
-        let node = stranded.node_name.as_deref().unwrap_or("?");
-        return Action::DeletePod {
-            pod: stranded.name.clone(),
-            reason: format!("its Node {node} is not Ready and it does not answer"),
-        };
-    }
-    let present = members.len().min(expected);
-    if present < expected || reachable.len() < expected {
-        return Action::Wait(format!("{} of {expected} Redis nodes reachable", reachable.len()));
-    }
+    let planning = Planning::new(observed);
+    STEPS.iter().find_map(|step| step(&planning)).unwrap_or(Action::Converged)
+}
 
-    // Slots nobody owns go to the staying shard whose bootstrap share holds
-    // them. While masters are still alone this is the bootstrap assignment,
-    // done before MEET so fresh masters skip Redis's rejoin delay.
-    let masters = shard_masters(observed, &reachable);
-    let owned = SlotMap::of(observed.redis.values().flat_map(|f| f.nodes.iter()).flat_map(|n| n.slots.iter()));
-    let owned_count = owned.len();
-    if owned_count < SLOTS as usize {
-        for (&shard, master) in masters.range(..observed.shards) {
-            let Some(master) = master else { continue };
-            let target = shard_range(shard, observed.shards);
-            let missing: BTreeSet<u16> = (target.start..=target.end).filter(|s| !owned.contains(*s)).collect();
-            if !missing.is_empty() {
-                return Action::AddSlots { pod: master.name.clone(), shard, ranges: to_ranges(&missing) };
-            }
-        }
-    }
-
-    // Seed: the node that already knows most of the cluster (owning slots wins ties).
-    let seed = reachable
-        .iter()
-        .max_by_key(|p| {
-            let fact = &observed.redis[&p.name];
-            let owns = fact.myself().is_some_and(|n| !n.slots.is_empty());
-            (fact.known_ids().len(), owns, std::cmp::Reverse(p.name.clone()))
-        })
-        .expect("at least one reachable pod");
-    let seed_fact = &observed.redis[&seed.name];
-    let strangers: Vec<String> = reachable
-        .iter()
-        .filter(|p| p.name != seed.name)
-        .filter(|p| {
-            let Some(id) = observed.id_of(&p.name) else { return false };
-            // Unknown, or known at an address it no longer has (Pod recreated).
-            seed_fact.nodes.iter().find(|n| n.id == id).is_none_or(|n| Some(&n.ip) != p.ip.as_ref())
-        })
-        .filter_map(|p| p.ip.clone())
-        .collect();
-    if !strangers.is_empty() {
-        return Action::Meet { via: seed.name.clone(), targets: strangers };
-    }
-    // Every node must reach every member at its current address: one that
-    // still holds an old address (its peers were all recreated) and has no
-    // live link to learn the new one from is told it directly.
-    for pod in &reachable {
-        let fact = &observed.redis[&pod.name];
-        let stale: Vec<String> = reachable
-            .iter()
-            .filter(|other| other.name != pod.name)
-            .filter_map(|other| {
-                let (id, ip) = (observed.id_of(&other.name)?, other.ip.as_ref()?);
-                fact.nodes.iter().find(|n| n.id == id).is_some_and(|n| &n.ip != ip).then(|| ip.clone())
-            })
-            .collect();
-        if !stale.is_empty() {
-            return Action::Meet { via: pod.name.clone(), targets: stale };
-        }
-    }
-
-    if let Some(action) = moves::repair_open_slots(observed, &reachable) {
-        return action;
-    }
-
-    // Leaving shards only drain: once a master gives its last slot away Redis
-    // turns it (and its replicas) into replicas of the receiving master.
-    for (&shard, master) in masters.range(..observed.shards) {
-        let members_of_shard: Vec<&&PodFact> = reachable.iter().filter(|p| p.shard == shard).collect();
-        let Some(master) = master else {
-            return Action::Wait(format!(
-                "shard {shard}: its replicas follow a master that is unreachable; waiting for Redis to fail over"
-            ));
-        };
-        let master_id = observed.id_of(&master.name).expect("reachable").to_owned();
-        for pod in members_of_shard.into_iter().filter(|p| p.name != master.name) {
-            let fact = &observed.redis[&pod.name];
-            let me = fact.myself().expect("reachable");
-            if me.master_id.as_deref() == Some(master_id.as_str()) {
-                continue;
-            }
-            if owns_slots(me) {
-                return Action::Wait(format!("shard {shard}: {} and {} both own slots", pod.name, master.name));
-            }
-            // REPLICATE needs only the master to be known, not the whole cluster.
-            if !fact.known_ids().contains(master_id.as_str()) {
-                return Action::Wait(format!(
-                    "cluster handshake in progress: {} does not know its master yet",
-                    pod.name
-                ));
-            }
-            return Action::Replicate { pod: pod.name.clone(), master_pod: master.name.clone(), master_id };
-        }
-    }
-
-    let all_ids: BTreeSet<&str> = reachable.iter().filter_map(|p| observed.id_of(&p.name)).collect();
-    let still_gossiping = reachable.iter().filter(|p| !all_ids.is_subset(&observed.redis[&p.name].known_ids())).count();
-    if still_gossiping > 0 {
-        return Action::Wait(format!("cluster handshake in progress on {still_gossiping} nodes"));
-    }
-    if let Some(action) = forget_departed(observed, &reachable) {
-        return action;
-    }
-    let live: BTreeSet<&str> = observed.redis.values().filter_map(|f| f.myself()).map(|n| n.id.as_str()).collect();
-    let departed: BTreeSet<&str> = observed
-        .redis
-        .values()
-        .flat_map(|f| f.nodes.iter())
-        .filter(|n| !live.contains(n.id.as_str()) && !n.in_handshake())
-        .map(|n| n.id.as_str())
-        .collect();
-    if !departed.is_empty() {
-        return Action::Wait(format!("{} departed node(s) not yet marked failed by the cluster", departed.len()));
-    }
-    if owned_count < SLOTS as usize {
-        return Action::Wait(format!("{owned_count} of {SLOTS} slots assigned"));
-    }
-    // A node that still marks a member failing has not heard from it yet:
-    // its `cluster_state` may say ok while it is cut off from its peers.
-    for pod in &reachable {
-        let fact = &observed.redis[&pod.name];
-        if let Some(n) = fact.nodes.iter().find(|n| all_ids.contains(n.id.as_str()) && !n.myself && n.failing()) {
-            return Action::Wait(format!("{} still sees node {} as failing", pod.name, n.id));
-        }
-    }
-    if let Some(p) = reachable.iter().find(|p| observed.redis[&p.name].cluster_state != "ok") {
-        return Action::Wait(format!("{} reports cluster_state {}", p.name, observed.redis[&p.name].cluster_state));
-    }
-    if let Some(action) = failover_off_removed_ordinals(observed, &masters) {
-        return action;
-    }
-    if let Some(action) = moves::rebalance(observed, &masters) {
-        return action;
-    }
-    if let Some(&shard) = observed.leaving_shards().iter().next() {
-        return Action::RemoveShard { shard };
-    }
-    Action::Converged
+/// A leaving shard whose slots are all gone: its StatefulSet goes.
+fn remove_drained_shard(p: &Planning) -> Option<Action> {
+    p.observed.leaving_shards().first().map(|&shard| Action::RemoveShard { shard })
 }
 
 /// The master of each shard present: the shard's node that owns slots, else
@@ -400,63 +318,6 @@ fn shard_masters<'a>(observed: &Observed, reachable: &[&'a PodFact]) -> BTreeMap
             (shard, members.iter().min_by_key(|p| p.ordinal).copied())
         })
         .collect()
-}
-
-/// Ids that reachable nodes still list but no member has any more: failed,
-/// owning no slots, and not the master the listing node follows. Only when
-/// every Pod that exists answered, so a Pod on its way back is not forgotten.
-fn forget_departed(observed: &Observed, reachable: &[&PodFact]) -> Option<Action> {
-    if observed.pods.iter().any(|p| !observed.redis.contains_key(&p.name)) {
-        return None;
-    }
-    let live: BTreeSet<&str> = observed.redis.values().filter_map(|f| f.myself()).map(|n| n.id.as_str()).collect();
-    let mut ids_by_pod = BTreeMap::new();
-    for pod in reachable {
-        let fact = &observed.redis[&pod.name];
-        let me = fact.myself()?;
-        let gone: Vec<String> = fact
-            .nodes
-            .iter()
-            .filter(|n| !live.contains(n.id.as_str()) && !n.in_handshake())
-            .filter(|n| n.flags.iter().any(|f| f == "fail" || f == "noaddr") && n.slots.is_empty())
-            .filter(|n| me.master_id.as_deref() != Some(n.id.as_str()))
-            .map(|n| n.id.clone())
-            .collect();
-        if !gone.is_empty() {
-            ids_by_pod.insert(pod.name.clone(), gone);
-        }
-    }
-    (!ids_by_pod.is_empty()).then_some(Action::Forget { ids_by_pod })
-}
-
-/// A shard shrinking its replicas keeps its highest ordinals until its
-/// master is on a Pod that stays: promote a caught-up replica that stays.
-fn failover_off_removed_ordinals(observed: &Observed, masters: &BTreeMap<usize, Option<&PodFact>>) -> Option<Action> {
-    for (&shard, master) in masters {
-        let wanted = observed.replicas_per_master + 1 + usize::from(observed.surge == Some(shard));
-        let master = (*master)?;
-        if shard >= observed.shards || master.ordinal < wanted {
-            continue;
-        }
-        let master_id = observed.id_of(&master.name)?;
-        let candidate = observed.pods.iter().filter(|p| p.shard == shard && p.ordinal < wanted).find(|p| {
-            observed
-                .redis
-                .get(&p.name)
-                .is_some_and(|f| f.link_up && f.myself().is_some_and(|n| n.master_id.as_deref() == Some(master_id)))
-        });
-        return Some(match candidate {
-            Some(pod) => Action::Failover {
-                force: false,
-                operation: None,
-                pod: pod.name.clone(),
-                shard,
-                reason: format!("{} is removed by replicasPerMaster {}", master.name, observed.replicas_per_master),
-            },
-            None => Action::Wait(format!("shard {shard}: waiting for a replica that stays to catch up")),
-        });
-    }
-    None
 }
 
 #[cfg(test)]
