@@ -8,7 +8,8 @@
 //!   in place, as Redis operators without a rollout planner do it.
 //!
 //! Reported for each: acknowledged writes lost, the longest interval
-//! without an acknowledged write per shard, full resyncs (`sync_full`
+//! without an acknowledged write per shard (one writer per shard, on that
+//! shard's keys), full resyncs (`sync_full`
 //! summed over every server process), total time. The reference for the
 //! gaps is a single `RedisOperation` failover measured first.
 //!
@@ -125,24 +126,34 @@ where
     Fut: std::future::Future<Output = ()>,
 {
     let pods: Api<Pod> = Api::namespaced(kube.clone(), ns);
+    // One writer per shard, each on its shard's keys: a stall of one shard's
+    // writes does not show as a gap of the others.
     let slots = shard_slots(cluster);
-    let writer = Writer::start(node_ips(cluster), password, "ack").await;
-    let follower = follow_pods(&writer, pods.clone(), "c");
+    let mut writers = Vec::new();
+    for (shard, owned) in &slots {
+        let writer =
+            Writer::start_within(node_ips(cluster), password, &format!("ack{shard}"), Some(owned.clone())).await;
+        let follower = follow_pods(&writer, pods.clone(), "c");
+        writers.push((writer, follower, owned.clone()));
+    }
     let syncs = SyncCounter::start(pods.clone(), "c", password);
     tokio::time::sleep(Duration::from_secs(2)).await;
     let started = Instant::now();
     roll().await;
     let seconds = started.elapsed().as_secs_f64();
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let gaps: Vec<f64> = slots.values().map(|s| writer.gap_within(s, started).as_secs_f64() * 1000.0).collect();
-    follower.abort();
-    let record = writer.stop().await;
+    let gaps: Vec<f64> = writers.iter().map(|(w, _, s)| w.gap_within(s, started).as_secs_f64() * 1000.0).collect();
+    let mut acknowledged = Vec::new();
+    for (writer, follower, _) in writers {
+        follower.abort();
+        acknowledged.extend(writer.stop().await.acknowledged);
+    }
     let sync_full = syncs.total();
     // From the Pods themselves: a paused cluster's status keeps old addresses.
     let list = pods.list(&ListParams::default().labels("slotkeeper.io/cluster=c")).await.unwrap();
     let mut client = ClusterClient::new(list.items.iter().map(pod_ip).collect(), password).await;
-    let lost = lost_after_settling(&mut client, seeds, &record.acknowledged).await;
-    Outcome { lost: lost.len(), acknowledged: record.acknowledged.len(), gaps, sync_full, seconds }
+    let lost = lost_after_settling(&mut client, seeds, &acknowledged).await;
+    Outcome { lost: lost.len(), acknowledged: acknowledged.len(), gaps, sync_full, seconds }
 }
 
 fn main() {

@@ -166,10 +166,15 @@ pub fn auth_conf(password: &str) -> String {
 /// One file per release the nodes may run now (`redis-7.0.15.conf`, ...).
 pub fn config_map(cluster: &RedisCluster, in_use: &[&CatalogEntry]) -> Value {
     let names = Names(&cluster.name_any()).config_map();
-    let files: serde_json::Map<String, Value> = in_use
+    let mut files: serde_json::Map<String, Value> = in_use
         .iter()
         .map(|entry| (crate::config::file_name(entry), json!(redis_conf(cluster, entry, in_use))))
         .collect();
+    // Pods made by an operator before per-release files read `redis.conf`:
+    // it stays, for the release they run, until they are recreated.
+    if let Some(current) = in_use.first() {
+        files.insert("redis.conf".into(), json!(redis_conf(cluster, current, in_use)));
+    }
     json!({
         "apiVersion": "v1", "kind": "ConfigMap",
         "metadata": meta(cluster, names, &[]),

@@ -80,6 +80,19 @@ fn budget_follows_replicas() {
 }
 
 #[test]
+fn one_file_per_release_in_use_and_redis_conf_for_older_pods() {
+    let c = cluster(json!({"masters": 3, "version": "6.2.14", "config": {"hash-max-listpack-entries": "256"}}));
+    let r62 = catalog::lookup(crate::api::Engine::Redis, "6.2.14").unwrap();
+    let map = config_map(&c, &[r62, r70()]);
+    let data = map["data"].as_object().unwrap();
+    let keys: Vec<&str> = data.keys().map(String::as_str).collect();
+    assert_eq!(keys, ["redis-6.2.14.conf", "redis-7.0.15.conf", "redis.conf"]);
+    assert!(data["redis-6.2.14.conf"].as_str().unwrap().contains("hash-max-ziplist-entries 256"));
+    assert!(data["redis-7.0.15.conf"].as_str().unwrap().contains("hash-max-listpack-entries 256"));
+    assert_eq!(data["redis.conf"], data["redis-6.2.14.conf"], "the release that runs");
+}
+
+#[test]
 fn hashes_change_only_with_content() {
     let c = cluster(json!({"masters": 3, "version": "7.0.15"}));
     let (_, a) = with_hash(config_map(&c, &[r70()]));

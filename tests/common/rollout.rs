@@ -214,3 +214,13 @@ pub async fn seeded_cluster(
     let seeds = super::writer::ClusterClient::new(node_ips(&cluster), &password).await.seed("seed", keys).await;
     Seeded { pods: Api::namespaced(kube.clone(), &ns), ns, clusters, cluster, password, seeds }
 }
+
+/// Of the Pods a 3×1 cluster's rollout made (`made`, in order): each of
+/// `cluster`'s six recreated exactly once.
+pub fn assert_recreated_once(made: &[String], cluster: &str) {
+    let mut distinct = made.to_vec();
+    distinct.sort();
+    distinct.dedup();
+    let expected: Vec<String> = (0..3).flat_map(|s| (0..2).map(move |o| format!("{cluster}-shard-{s}-{o}"))).collect();
+    assert_eq!((made.len(), distinct), (6, expected), "every Pod recreated exactly once: {made:?}");
+}

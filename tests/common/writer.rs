@@ -235,6 +235,17 @@ pub struct Writer {
 
 impl Writer {
     pub async fn start(seeds: Vec<String>, password: &str, prefix: &str) -> Self {
+        Self::start_within(seeds, password, prefix, None).await
+    }
+
+    /// A writer of keys in `slots` only (one shard's), so a stall of another
+    /// shard does not hold it up.
+    pub async fn start_within(
+        seeds: Vec<String>,
+        password: &str,
+        prefix: &str,
+        slots: Option<std::collections::BTreeSet<u16>>,
+    ) -> Self {
         let mut client = ClusterClient::new(seeds, password).await;
         let shared_seeds = client.seeds.clone();
         let record = Arc::new(Mutex::new(Record::default()));
@@ -245,6 +256,9 @@ impl Writer {
             while !s.load(std::sync::atomic::Ordering::Relaxed) {
                 let key = format!("{prefix}:{i}");
                 i += 1;
+                if slots.as_ref().is_some_and(|slots| !slots.contains(&slot_of(&key))) {
+                    continue;
+                }
                 let result = client.set_acknowledged(&key, &i.to_string()).await;
                 {
                     let mut rec = r.lock().unwrap();

@@ -162,7 +162,9 @@ impl Planner<'_> {
     fn runs_new(&self, node: &NodeView) -> bool {
         let recreated = || {
             let started = self.status.start_time.as_ref().map(|t| t.0);
-            node.created.zip(started).is_some_and(|(created, started)| created > started)
+            // creationTimestamp has whole seconds: a Pod made in the second
+            // the rollout started counts as made for it.
+            node.created.zip(started).is_some_and(|(created, started)| created.as_second() >= started.as_second())
         };
         node.image.as_deref() == Some(self.target.to_image.as_str())
             && node.release.as_ref().is_none_or(|r| *r == self.target.to.release())
@@ -181,9 +183,17 @@ impl Planner<'_> {
     /// upgraded and its replicas linked and caught up.
     fn shard_done(&self, shard: usize) -> bool {
         let nodes: Vec<&NodeView> = self.view.shard(shard).collect();
-        nodes.len() == self.view.replicas_per_master + 1
+        self.missing_ordinal(shard).is_none()
+            && nodes.len() == self.view.replicas_per_master + 1
             && self.status.surge_shard != Some(shard as i32)
             && nodes.iter().all(|n| n.reachable && self.runs_new(n) && (n.master || Self::caught_up(n)))
+    }
+
+    /// An ordinal the shard should have and the view lacks (its Pod is being
+    /// deleted or not made yet).
+    fn missing_ordinal(&self, shard: usize) -> Option<usize> {
+        let present: std::collections::BTreeSet<usize> = self.view.shard(shard).map(|n| n.ordinal).collect();
+        (0..=self.view.replicas_per_master).find(|o| !present.contains(o))
     }
 
     /// The shards in rollout order: the canary first.
@@ -334,6 +344,11 @@ impl Planner<'_> {
             return Act::Wait(format!("shard {shard} has no master"));
         };
         let wanted = self.view.replicas_per_master + 1;
+        // A Pod being recreated is absent from the view: nothing is decided
+        // about its shard until it is back.
+        if let Some(ordinal) = self.missing_ordinal(shard) {
+            return Act::Wait(format!("shard {shard}: its Pod of ordinal {ordinal} is being recreated"));
+        }
         // A shard without replicas borrows one on the new version.
         if self.view.replicas_per_master == 0 && !self.runs_new(master) && self.status.surge_shard.is_none() {
             self.status.surge_shard = Some(shard as i32);
@@ -344,6 +359,9 @@ impl Planner<'_> {
                 detail: Some(format!("a temporary replica on {} joins shard {shard}", self.status.to)),
             });
             return Act::Wait(format!("shard {shard}: a temporary replica on the new version joins"));
+        }
+        if self.status.surge_shard == Some(shard as i32) && !self.runs_new(master) && nodes.len() <= wanted {
+            return Act::Wait(format!("shard {shard}: waiting for the temporary replica to join"));
         }
         if let Some(behind) = nodes.iter().find(|n| !n.master && self.runs_new(n) && !Self::caught_up(n)) {
             return Act::Wait(format!("shard {shard}: {} catching up", behind.pod));
@@ -361,7 +379,12 @@ impl Planner<'_> {
             return Act::Recreate { shard, pod, reason };
         }
         if !self.runs_new(master) {
-            let candidate = nodes.iter().filter(|n| !n.master && Self::caught_up(n)).min_by_key(|n| n.lag);
+            // One of the shard's own Pods takes over when it can, so the
+            // borrowed one leaves without a second failover.
+            let candidate = nodes
+                .iter()
+                .filter(|n| !n.master && self.runs_new(n) && Self::caught_up(n))
+                .min_by_key(|n| (n.ordinal >= wanted, n.lag));
             let Some(candidate) = candidate else {
                 return Act::Wait(format!("shard {shard}: waiting for an upgraded replica to catch up"));
             };

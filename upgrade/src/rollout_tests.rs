@@ -67,6 +67,19 @@ fn images_follow_the_shard_in_progress() {
 }
 
 #[test]
+fn nothing_is_decided_about_a_shard_while_one_of_its_pods_is_away() {
+    let mut sim = Sim::new(3, 1, r62(), r70());
+    sim.tick(0); // recreates c-shard-0-1
+    sim.view.nodes.retain(|n| n.pod != "c-shard-0-1"); // deleted, not back yet
+    let decision = next(&sim.view, &sim.target, &sim.status, sim.now);
+    assert!(
+        matches!(&decision.act, Act::Wait(why) if why.contains("ordinal 1 is being recreated")),
+        "{:?}",
+        decision.act
+    );
+}
+
+#[test]
 fn a_replica_that_is_behind_is_not_promoted() {
     let mut sim = Sim::new(3, 1, r62(), r70());
     sim.tick(0); // recreates c-shard-0-1
@@ -191,4 +204,20 @@ fn the_rollout_is_not_complete_until_the_last_replica_has_caught_up() {
     let last = sim.view.nodes.iter_mut().find(|n| n.pod == "c-shard-2-0").unwrap();
     (last.link_up, last.lag) = (true, Some(0));
     assert_eq!(sim.run(None), RolloutPhase::Completed);
+}
+
+#[test]
+fn a_pod_made_in_the_second_a_restart_started_counts_as_restarted() {
+    let mut sim = Sim::new(3, 1, r70(), r70());
+    // The rollout started mid-second; creationTimestamp has whole seconds.
+    let started = sim.status.start_time.as_ref().unwrap().0;
+    sim.status.start_time = Some(Time(started + Duration::from_millis(400)));
+    let replica = sim.view.nodes.iter_mut().find(|n| n.pod == "c-shard-0-1").unwrap();
+    replica.created = Some(started);
+    let decision = next(&sim.view, &sim.target, &sim.status, sim.now + Duration::from_secs(1));
+    assert!(
+        matches!(&decision.act, Act::Failover { pod, .. } if pod == "c-shard-0-1"),
+        "c-shard-0-1 is not recreated twice: {:?}",
+        decision.act
+    );
 }
