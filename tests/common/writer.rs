@@ -270,6 +270,7 @@ impl Writer {
                             }
                             rec.last_ack = Some(now);
                             rec.acknowledged.push(key);
+                            rec.acknowledged_at.push(now);
                         }
                         Ok(false) => rec.unacknowledged += 1,
                         Err(_) => rec.errors += 1,
