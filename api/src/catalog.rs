@@ -29,6 +29,18 @@ impl Engine {
     }
 }
 
+impl std::str::FromStr for Engine {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        match text {
+            "redis" => Ok(Engine::Redis),
+            "valkey" => Ok(Engine::Valkey),
+            other => Err(format!("{other:?} is not an engine (redis, valkey)")),
+        }
+    }
+}
+
 impl fmt::Display for Engine {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())

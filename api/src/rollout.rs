@@ -27,6 +27,10 @@ pub struct UpgradeSpec {
     pub step_timeout_seconds: Option<i32>,
 }
 
+/// A replica further behind its master than this is neither promoted nor
+/// counted caught up (failovers and rollouts alike).
+pub const MAX_REPLICA_LAG_BYTES: u64 = 1 << 20;
+
 #[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum RolloutPhase {
     /// Shards are being upgraded.
@@ -40,6 +44,13 @@ pub enum RolloutPhase {
     Halted,
     /// Every node runs the target.
     Completed,
+}
+
+impl RolloutPhase {
+    /// Still running: progressing, rolling back, or halted until its gates pass.
+    pub fn is_active(self) -> bool {
+        matches!(self, RolloutPhase::Progressing | RolloutPhase::RollingBack | RolloutPhase::Halted)
+    }
 }
 
 /// One rollout from one catalog entry to the next (a multi-hop target is

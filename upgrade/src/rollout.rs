@@ -27,8 +27,7 @@ use slotkeeper_api::rollout::{RollbackStatus, RolloutPhase, RolloutStep, Upgrade
 
 use crate::view::{ClusterView, NodeView};
 
-/// A replica further behind than this is neither promoted nor counted caught up.
-pub const MAX_LAG_BYTES: u64 = 1 << 20;
+pub use slotkeeper_api::rollout::MAX_REPLICA_LAG_BYTES as MAX_LAG_BYTES;
 /// How long Redis may take to show the new roles after `CLUSTER FAILOVER`.
 const FAILOVER_SETTLE: Duration = Duration::from_secs(30);
 
@@ -367,20 +366,13 @@ impl Planner<'_> {
             return Act::Wait(format!("shard {shard}: {} catching up", behind.pod));
         }
         if let Some(old) = nodes.iter().find(|n| !n.master && !self.runs_new(n)) {
-            let pod = old.pod.clone();
-            self.begin_step(RolloutStep {
-                shard: shard as i32,
-                pod: Some(pod.clone()),
-                action: "Recreate".into(),
-                detail: Some(format!("replica to {}", self.status.to)),
-            });
-            self.status.restarts_at_step_start -= old.restarts;
+            let detail = format!("replica to {}", self.status.to);
             let reason = format!("replica of shard {shard} to {} ({})", self.status.to, self.target.to_image);
-            return Act::Recreate { shard, pod, reason };
+            return self.recreate(old, detail, reason);
         }
         if !self.runs_new(master) {
-            // One of the shard's own Pods takes over when it can, so the
-            // borrowed one leaves without a second failover.
+            // An upgraded replica takes over; the lowest ordinal first, so a
+            // temporary (surge) Pod is chosen only when it is the only one.
             let candidate = nodes
                 .iter()
                 .filter(|n| !n.master && self.runs_new(n) && Self::caught_up(n))
@@ -427,6 +419,19 @@ impl Planner<'_> {
         Act::Wait(format!("shard {shard}: waiting for every node to report {}", self.status.to))
     }
 
+    /// The step that recreates `node`'s Pod on its shard's image.
+    fn recreate(&mut self, node: &NodeView, detail: String, reason: String) -> Act {
+        self.begin_step(RolloutStep {
+            shard: node.shard as i32,
+            pod: Some(node.pod.clone()),
+            action: "Recreate".into(),
+            detail: Some(detail),
+        });
+        // Its restarts leave with it: they must not hide the new Pod's.
+        self.status.restarts_at_step_start -= node.restarts;
+        Act::Recreate { shard: node.shard, pod: node.pod.clone(), reason }
+    }
+
     fn roll_back(&mut self) -> Act {
         let old_reachable = self.view.nodes.iter().filter(|n| self.on_old_image(n)).all(|n| n.reachable);
         if let Some(node) = self.view.nodes.iter().find(|n| !self.on_old_image(n)) {
@@ -442,17 +447,9 @@ impl Planner<'_> {
             if !old_reachable {
                 return Act::Wait("rolling back: waiting for the nodes on the old version".into());
             }
-            let (shard, pod) = (node.shard, node.pod.clone());
-            self.begin_step(RolloutStep {
-                shard: shard as i32,
-                pod: Some(pod.clone()),
-                action: "Recreate".into(),
-                detail: Some(format!("back to {}", self.status.from)),
-            });
-            // Its restarts leave with it: they must not hide the new Pod's.
-            self.status.restarts_at_step_start -= node.restarts;
-            let reason = format!("rolling back {pod} to {} ({})", self.status.from, self.target.from_image);
-            return Act::Recreate { shard, pod, reason };
+            let detail = format!("back to {}", self.status.from);
+            let reason = format!("rolling back {} to {} ({})", node.pod, self.status.from, self.target.from_image);
+            return self.recreate(node, detail, reason);
         }
         if let Err(reason) = &self.view.healthy {
             return Act::Wait(format!("rolling back: {reason}"));

@@ -5,7 +5,7 @@
 
 use k8s_openapi::jiff::Timestamp;
 use leptos::prelude::*;
-use slotkeeper_api::catalog::{self, CatalogEntry, Engine};
+use slotkeeper_api::catalog::{self, CatalogEntry};
 use slotkeeper_api::rollout::{DEFAULT_BAKE_SECONDS, RolloutPhase, UpgradeStatus};
 use slotkeeper_api::{NodeStatus, RedisCluster};
 use slotkeeper_readmodel::ClusterKey;
@@ -18,12 +18,7 @@ use crate::view::format;
 /// The catalog entry a form value such as `valkey-8.1.8` names.
 pub fn entry_of(value: &str) -> Option<&'static CatalogEntry> {
     let (engine, version) = value.split_once('-')?;
-    let engine = match engine {
-        "redis" => Engine::Redis,
-        "valkey" => Engine::Valkey,
-        _ => return None,
-    };
-    catalog::lookup(engine, version)
+    catalog::lookup(engine.parse().ok()?, version)
 }
 
 pub fn value_of(entry: &CatalogEntry) -> String {

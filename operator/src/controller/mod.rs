@@ -286,7 +286,7 @@ async fn reconcile_steps(cluster: &RedisCluster, ctx: &Context, namespace: &str)
     if let Action::Failover { pod, force, operation: Some(operation), .. } = &action {
         // The operation's status records the command before it is sent:
         // a restarted operator waits for its outcome instead of sending again.
-        operation::mark_sent(ctx, namespace, operation, pod, *force).await?;
+        operation::mark_sent(ctx, cluster, operation, pod, *force).await?;
     }
     if rollout_step {
         // The checkpoint goes first: a crash after the step finds it recorded

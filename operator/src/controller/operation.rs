@@ -32,7 +32,7 @@ const POLL: Duration = Duration::from_millis(200);
 /// How long Redis may take to report the new roles after the command.
 const FAILOVER_DEADLINE: Duration = Duration::from_secs(30);
 /// A replica further behind than this is not promoted yet.
-const MAX_LAG_BYTES: i64 = 1 << 20;
+const MAX_LAG_BYTES: i64 = crate::api::rollout::MAX_REPLICA_LAG_BYTES as i64;
 
 pub async fn run(ctx: Arc<Context>, namespace: Option<&str>) {
     let operations: Api<RedisOperation> = match namespace {
@@ -378,8 +378,8 @@ impl<'a> ShardView<'a> {
 
 /// Records on a running failover that the cluster's reconcile sends its
 /// command now (the checkpoint before the act), with an event on both.
-pub(super) async fn mark_sent(ctx: &Context, namespace: &str, name: &str, to: &str, force: bool) -> Result<()> {
-    let key = kube::runtime::reflector::ObjectRef::new(name).within(namespace);
+pub(super) async fn mark_sent(ctx: &Context, cluster: &RedisCluster, name: &str, to: &str, force: bool) -> Result<()> {
+    let key = kube::runtime::reflector::ObjectRef::new(name).within(&cluster.namespace().unwrap_or_default());
     let Some(operation) = ctx.caches.operations.get(&key) else { return Ok(()) };
     let status = operation.status.clone().unwrap_or_default();
     let how = if force { "CLUSTER FAILOVER FORCE (the master is unreachable)" } else { "CLUSTER FAILOVER" };
@@ -390,9 +390,7 @@ pub(super) async fn mark_sent(ctx: &Context, namespace: &str, name: &str, to: &s
         ..status
     };
     write(ctx, &operation, next).await?;
-    let clusters: Api<RedisCluster> = Api::namespaced(ctx.client.clone(), namespace);
-    let cluster = clusters.get_opt(&operation.spec.cluster).await.ok().flatten();
-    event(ctx, &operation, cluster.as_ref(), EventType::Normal, "FailoverSent", message).await;
+    event(ctx, &operation, Some(cluster), EventType::Normal, "FailoverSent", message).await;
     Ok(())
 }
 

@@ -63,9 +63,7 @@ pub fn build_status(
     let refused = matches!(action, Action::Refused(_));
     let was_running = matches!(old.phase, Some(Phase::Running | Phase::Recovering | Phase::Scaling));
     let upgrade = rollout.status.clone();
-    let upgrading = upgrade.as_ref().is_some_and(|u| {
-        matches!(u.phase, RolloutPhase::Progressing | RolloutPhase::RollingBack | RolloutPhase::Halted)
-    });
+    let upgrading = upgrade.as_ref().is_some_and(|u| u.phase.is_active());
     let halted = upgrade.as_ref().filter(|u| u.phase == RolloutPhase::Halted);
     let phase = match action {
         _ if upgrading => Phase::Upgrading,

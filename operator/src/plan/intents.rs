@@ -16,8 +16,7 @@ pub struct FailoverIntent {
     pub sent: bool,
 }
 
-/// A replica further behind than this is not promoted yet.
-pub const MAX_LAG_BYTES: i64 = 1 << 20;
+const MAX_LAG_BYTES: i64 = slotkeeper_api::rollout::MAX_REPLICA_LAG_BYTES as i64;
 
 /// The step for a running failover, or `None` when there is nothing to send
 /// (done, or the replica is gone: the operation's controller says which).

@@ -44,12 +44,7 @@ pub struct RolloutPlan {
 /// The release of a `status.upgrade` field such as `redis 7.0.15`.
 fn entry_named(text: &str) -> Option<&'static CatalogEntry> {
     let (engine, version) = text.split_once(' ')?;
-    let engine = match engine {
-        "redis" => Engine::Redis,
-        "valkey" => Engine::Valkey,
-        _ => return None,
-    };
-    catalog::lookup(engine, version)
+    catalog::lookup(engine.parse().ok()?, version)
 }
 
 /// What the nodes run: from status, else (a new cluster) what spec asks.
@@ -89,7 +84,7 @@ fn target(
 }
 
 fn is_active(status: &UpgradeStatus) -> bool {
-    matches!(status.phase, RolloutPhase::Progressing | RolloutPhase::RollingBack | RolloutPhase::Halted)
+    status.phase.is_active()
 }
 
 /// What the rollout planner sees of the cluster.
