@@ -130,14 +130,10 @@ fn rollout_details(u: &UpgradeStatus, now: Timestamp) -> AnyView {
     };
     let bake = match &u.canary_bake_until {
         Some(until) if until.0 > now => {
-            format!(
-                "shard {} bakes until {} ({}s left)",
-                u.canary_shard,
-                until.0,
-                until.0.duration_since(now).as_secs()
-            )
+            let left = until.0.duration_since(now).as_secs();
+            format!("shard {} bakes until {} ({left}s left)", u.canary_shard, format::time(until.0))
         }
-        Some(until) => format!("shard {}; baked until {}", u.canary_shard, until.0),
+        Some(until) => format!("shard {}; baked until {}", u.canary_shard, format::time(until.0)),
         None => format!("shard {}; not upgraded yet", u.canary_shard),
     };
     let no_return = match &u.point_of_no_return_time {
