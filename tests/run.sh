@@ -29,6 +29,9 @@ for dir in /proc/[0-9]*; do
   [[ $pid == "$$" || $before == *" $pid "* ]] && continue
   # comm is the executed file's name, cut to 15 characters.
   comm=$(cat "$dir/comm" 2>/dev/null) || continue
+  # A zombie has exited and holds nothing; reaping it is its parent's job
+  # (PID 1 here, for a Pod's process whose agent died with a failed test).
+  [[ $(awk '/^State:/ {print $2}' "$dir/status" 2>/dev/null) == Z ]] && continue
   marked=0
   tr '\0' '\n' 2>/dev/null < "$dir/environ" | grep -qx "SLOTKEEPER_TEST_RUN=$SLOTKEEPER_TEST_RUN" && marked=1
   case "$comm" in

@@ -75,41 +75,48 @@ impl Poller {
                         }
                     }
                 }
-                let asks = ips.values().map(|(shard, ip)| {
-                    let (shard, ip, connection) = (*shard, ip.clone(), connections.get(ip).cloned());
-                    async move {
-                        let role = tokio::time::timeout(Duration::from_secs(1), async {
-                            let mut c = connection?;
-                            let role: redis::Value = redis::cmd("ROLE").query_async(&mut c).await.ok()?;
-                            match role {
-                                redis::Value::Array(items) => match items.first() {
-                                    Some(redis::Value::BulkString(b)) => Some(String::from_utf8_lossy(b).into_owned()),
-                                    _ => None,
-                                },
-                                _ => None,
-                            }
-                        })
-                        .await
-                        .ok()
-                        .flatten();
-                        (shard, ip, role)
-                    }
+                let asks = ips.iter().map(|(name, (shard, ip))| {
+                    let (shard, at, connection) = (*shard, format!("{name}@{ip}"), connections.get(ip).cloned());
+                    async move { (shard, at, ask_role(connection).await) }
                 });
                 let answers = futures::future::join_all(asks).await;
-                for (_, ip, role) in &answers {
+                for (_, at, role) in &answers {
                     if role.is_none() {
-                        connections.remove(ip);
+                        connections.remove(at.split_once('@').map_or(at.as_str(), |(_, ip)| ip));
                     }
                 }
-                let with_master: BTreeSet<usize> =
-                    answers.iter().filter(|(_, _, r)| r.as_deref() == Some("master")).map(|(s, ..)| *s).collect();
+                let with_master = |answers: &[(usize, String, Option<String>)], shard: usize| {
+                    answers.iter().any(|(s, _, r)| *s == shard && r.as_deref() == Some("master"))
+                };
+                let mut missing = Vec::new();
+                for shard in (0..shards).filter(|&s| !with_master(&answers, s)) {
+                    // The nodes answer concurrently, not at one instant: the
+                    // new master may answer just before it takes over and the
+                    // old one just after it steps down. Ask the shard again,
+                    // one node after the other, before calling it a gap.
+                    let mut again = Vec::new();
+                    for (name, (_, ip)) in ips.iter().filter(|(_, (s, _))| *s == shard) {
+                        again.push((shard, format!("{name}@{ip}"), ask_role(connections.get(ip).cloned()).await));
+                    }
+                    if !with_master(&again, shard) {
+                        let said = |answers: &[(usize, String, Option<String>)]| {
+                            let each = answers.iter().filter(|(s, ..)| *s == shard);
+                            let each =
+                                each.map(|(_, at, role)| format!("{at} {}", role.as_deref().unwrap_or("no answer")));
+                            each.collect::<Vec<_>>().join(", ")
+                        };
+                        missing.push(format!(
+                            "shard {shard} had no master ({}; again: {})",
+                            said(&answers),
+                            said(&again)
+                        ));
+                    }
+                }
                 {
                     let mut samples = s.lock().unwrap();
                     samples.0 += 1;
                     let sample = samples.0;
-                    for shard in (0..shards).filter(|s| !with_master.contains(s)) {
-                        samples.1.push(format!("sample {sample}: shard {shard} had no master"));
-                    }
+                    samples.1.extend(missing.into_iter().map(|m| format!("sample {sample}: {m}")));
                 }
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
@@ -125,6 +132,21 @@ impl Poller {
         let (samples, gaps) = self.samples.lock().unwrap().clone();
         (samples, gaps, self.appeared.lock().unwrap().clone())
     }
+}
+
+/// What a node answers to `ROLE` ("master", "slave"), within a second.
+async fn ask_role(connection: Option<redis::aio::MultiplexedConnection>) -> Option<String> {
+    let ask = async {
+        let mut c = connection?;
+        match redis::cmd("ROLE").query_async(&mut c).await.ok()? {
+            redis::Value::Array(items) => match items.first() {
+                Some(redis::Value::BulkString(b)) => Some(String::from_utf8_lossy(b).into_owned()),
+                _ => None,
+            },
+            _ => None,
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(1), ask).await.ok().flatten()
 }
 
 /// Keeps the writer pointed at the Pods as they are recreated with new addresses.
