@@ -32,7 +32,7 @@ async fn redis_6_2_to_valkey_8_1_in_two_rollouts_with_nothing_lost_and_a_pause_h
     assert_every_node_runs(&cluster, &password, "redis", "6.2.14").await;
     let writer = Writer::start(node_ips(&cluster), &password, "ack").await;
     let follower = follow_pods(&writer, pods.clone(), "roll");
-    let poller = Poller::start(pods.clone(), "roll", &password, 3);
+    let poller = Poller::start(pods.clone(), "roll", &password, 3).await;
     tokio::time::sleep(Duration::from_secs(1)).await;
 
     // One spec change, two hops: 6.2.14 → 7.0.15, then 7.0.15 → valkey 8.1.8.
@@ -102,13 +102,14 @@ async fn redis_6_2_to_valkey_8_1_in_two_rollouts_with_nothing_lost_and_a_pause_h
     assert!(samples > 300, "the poller sampled ({samples})");
     assert!(gaps.is_empty(), "a shard without a reachable master: {:?}", &gaps[..gaps.len().min(10)]);
     let history = events(&kube, &ns).await;
-    // The canary shard first, its replica first: ordinal 1 in the first hop;
-    // in the second, ordinal 0 (the first hop's failover made ordinal 1 master).
-    assert_eq!(order.len(), 12, "each Pod recreated once per hop: {order:?}");
-    let hops: Vec<&[String]> = order.chunks(6).collect();
-    let pods = |ordinals: [u8; 2]| ordinals.map(|o| format!("roll-shard-0-{o}")).to_vec();
-    assert_eq!(hops[0][..2], pods([1, 0]), "{order:?}");
-    assert_eq!(hops[1][..2], pods([0, 1]), "{order:?}");
+    // The canary shard first: its temporary replica (ordinal 2) joins, then
+    // its replica is recreated: ordinal 1 in the first hop; in the second,
+    // ordinal 0 (the first hop's failover made ordinal 1 master).
+    assert_eq!(order.len(), 18, "each Pod recreated once per hop, one temporary replica per shard: {order:?}");
+    let hops: Vec<&[String]> = order.chunks(9).collect();
+    let pods = |ordinals: [u8; 3]| ordinals.map(|o| format!("roll-shard-0-{o}")).to_vec();
+    assert_eq!(hops[0][..3], pods([2, 1, 0]), "{order:?}");
+    assert_eq!(hops[1][..3], pods([2, 0, 1]), "{order:?}");
     let metrics = operator.metrics().await;
     let steps =
         common::metrics::sum(&metrics, "slotkeeper_rollout_steps_total{namespace=\"rollout\",cluster=\"roll\"}");
@@ -158,7 +159,7 @@ async fn a_shard_without_replicas_is_upgraded_with_a_surge_replica() {
     let spec = format!("{base}, version: 7.0.15");
     let Seeded { ns, clusters, pods, password, seeds, .. } =
         seeded_cluster(env, &kube, "rollout-surge", "lone", &spec, 3, 30_000).await;
-    let poller = Poller::start(pods.clone(), "lone", &password, 3);
+    let poller = Poller::start(pods.clone(), "lone", &password, 3).await;
     apply_cluster_spec(env, &ns, "lone", &format!("{base}, engine: valkey, version: 8.1.8"));
     let done = wait_rolled_out(&clusters, "lone", "valkey", "8.1.8").await;
     let (samples, gaps, made) = poller.stop().await;
@@ -195,7 +196,7 @@ async fn a_canary_that_cannot_run_is_rolled_back_and_not_retried() {
     let status = rolled_back.status.clone().unwrap();
     let rollback = status.upgrade.clone().unwrap().last_rollback.expect("recorded");
     assert_eq!(rollback.gate, "ContainerRestarts", "{rollback:?}");
-    assert!(rollback.reason.contains("back-shard-0-1"), "the canary's replica: {}", rollback.reason);
+    assert!(rollback.reason.contains("back-shard-0-2"), "the canary's temporary replica: {}", rollback.reason);
     assert_eq!(status.current_version.as_deref(), Some("6.2.14"));
     let progressing = condition(&rolled_back, "Progressing").unwrap();
     assert_eq!(
@@ -250,7 +251,7 @@ async fn a_rolling_restart_recreates_every_pod_once_with_nothing_lost() {
     let operations: Api<slotkeeper_operator::api::RedisOperation> = Api::namespaced(kube.clone(), &ns);
     let writer = Writer::start(node_ips(&cluster), &password, "ack").await;
     let follower = follow_pods(&writer, pods.clone(), "again");
-    let poller = Poller::start(pods.clone(), "again", &password, 3);
+    let poller = Poller::start(pods.clone(), "again", &password, 3).await;
     tokio::time::sleep(Duration::from_secs(1)).await;
     let op = format!(
         "apiVersion: slotkeeper.io/v1alpha1\nkind: RedisOperation\nmetadata: {{name: restart, namespace: {ns}}}\nspec: {{cluster: again, type: RollingRestart}}\n"

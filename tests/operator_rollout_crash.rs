@@ -28,7 +28,7 @@ async fn a_rollout_resumes_after_the_operator_crashes_at_any_step() {
         drop(setup);
         let writer = Writer::start(node_ips(&cluster), &password, "ack").await;
         let follower = follow_pods(&writer, pods.clone(), "phoenix");
-        let poller = Poller::start(pods.clone(), "phoenix", &password, 3);
+        let poller = Poller::start(pods.clone(), "phoenix", &password, 3).await;
 
         let mut crashing = start_operator_with(env, "rollout-crash", &[(failpoint::ENV, point)]);
         apply_cluster_spec(env, &ns, "phoenix", &format!("{base}, version: 7.0.15"));

@@ -26,12 +26,15 @@ pub struct Poller {
 }
 
 impl Poller {
-    pub fn start(pods: Api<Pod>, cluster: &str, password: &str, shards: usize) -> Self {
+    /// Returns once the Pods that exist now have been listed: only Pods made
+    /// after that count as made (the caller changes the cluster next).
+    pub async fn start(pods: Api<Pod>, cluster: &str, password: &str, shards: usize) -> Self {
         let samples = Arc::new(Mutex::new((0, Vec::new())));
         let appeared = Arc::new(Mutex::new(Vec::new()));
         let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let listed_once = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let (s, st, cluster, password) = (samples.clone(), stop.clone(), cluster.to_owned(), password.to_owned());
-        let made = appeared.clone();
+        let (made, first_list) = (appeared.clone(), listed_once.clone());
         let task = tokio::spawn(async move {
             let mut ips: BTreeMap<String, (usize, String)> = BTreeMap::new();
             let mut seen: Option<BTreeSet<String>> = None;
@@ -43,7 +46,10 @@ impl Poller {
                     if let Ok(list) = pods.list(&ListParams::default().labels(&selector)).await {
                         let uids: BTreeSet<String> = list.items.iter().filter_map(|p| p.uid()).collect();
                         match &mut seen {
-                            None => seen = Some(uids),
+                            None => {
+                                seen = Some(uids);
+                                first_list.store(true, std::sync::atomic::Ordering::Relaxed);
+                            }
                             Some(seen) => {
                                 for pod in list.items.iter().filter(|p| p.uid().is_some_and(|u| !seen.contains(&u))) {
                                     made.lock().unwrap().push(pod.name_any());
@@ -121,6 +127,11 @@ impl Poller {
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
         });
+        let listed = wait_until("the poller's first listing", Duration::from_secs(30), || {
+            let done = listed_once.load(std::sync::atomic::Ordering::Relaxed);
+            async move { done.then_some(()) }
+        });
+        listed.await;
         Self { samples, appeared, stop, task }
     }
 
@@ -243,6 +254,7 @@ pub fn assert_recreated_once(made: &[String], cluster: &str) {
     let mut distinct = made.to_vec();
     distinct.sort();
     distinct.dedup();
-    let expected: Vec<String> = (0..3).flat_map(|s| (0..2).map(move |o| format!("{cluster}-shard-{s}-{o}"))).collect();
-    assert_eq!((made.len(), distinct), (6, expected), "every Pod recreated exactly once: {made:?}");
+    // Ordinals 0 and 1 recreated, ordinal 2 the shard's temporary replica.
+    let expected: Vec<String> = (0..3).flat_map(|s| (0..3).map(move |o| format!("{cluster}-shard-{s}-{o}"))).collect();
+    assert_eq!((made.len(), distinct), (9, expected), "every Pod recreated exactly once: {made:?}");
 }

@@ -6,9 +6,11 @@
 //! the new image and must come back linked and caught up; then a coordinated
 //! `CLUSTER FAILOVER` hands the master role to an upgraded replica (the first
 //! one is the point of no return when the new version writes a newer RDB
-//! format); then the old master is recreated and rejoins as a replica. A
-//! shard without replicas first gets a temporary replica (the surge) that
-//! takes over while the old node is upgraded, then leaves. After the canary,
+//! format); then the old master is recreated and rejoins as a replica. Each
+//! shard first gets a temporary replica on the new version (the surge), so
+//! a replica acknowledges writes and holds the data while another node is
+//! away; in a shard without replicas it is the one that takes over. It
+//! leaves when the shard is done. After the canary,
 //! a bake time with the same gates. A failed gate before the point of no
 //! return rolls back (upgraded replicas return to the old image); after it,
 //! the rollout halts until the gates pass again.
@@ -348,8 +350,10 @@ impl Planner<'_> {
         if let Some(ordinal) = self.missing_ordinal(shard) {
             return Act::Wait(format!("shard {shard}: its Pod of ordinal {ordinal} is being recreated"));
         }
-        // A shard without replicas borrows one on the new version.
-        if self.view.replicas_per_master == 0 && !self.runs_new(master) && self.status.surge_shard.is_none() {
+        // Every shard borrows a replica on the new version for its turn: it
+        // acknowledges writes (WAIT 1) and keeps a copy of the data while a
+        // replica, then the old master, is away being recreated.
+        if !self.runs_new(master) && self.status.surge_shard.is_none() {
             self.status.surge_shard = Some(shard as i32);
             self.begin_step(RolloutStep {
                 shard: shard as i32,
@@ -434,7 +438,10 @@ impl Planner<'_> {
 
     fn roll_back(&mut self) -> Act {
         let old_reachable = self.view.nodes.iter().filter(|n| self.on_old_image(n)).all(|n| n.reachable);
-        if let Some(node) = self.view.nodes.iter().find(|n| !self.on_old_image(n)) {
+        // A temporary replica is not brought back: it leaves (the checkpoint
+        // no longer names a surge shard), unless Redis made it master.
+        let temporary = |n: &NodeView| n.ordinal > self.view.replicas_per_master && !n.master;
+        if let Some(node) = self.view.nodes.iter().find(|n| !self.on_old_image(n) && !temporary(n)) {
             if node.master && node.reachable {
                 // Only after the point of no return can a new node be master;
                 // rolling back was decided before it, so Redis failed over by

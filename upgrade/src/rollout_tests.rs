@@ -17,8 +17,14 @@ fn replicas_go_first_then_a_failover_then_the_old_master_canary_shard_first() {
     let mut sim = Sim::new(3, 1, r62(), r70());
     let mut acts = vec![];
     while !matches!(acts.last(), Some(Act::Done)) {
+        let before = sim.view.clone();
         acts.push(sim.tick(0));
         sim.assert_every_shard_has_a_master();
+        // While a Pod is away, another replica acknowledges writes (WAIT 1).
+        if let Some(Act::Recreate { shard, pod, .. }) = acts.last() {
+            let others = before.shard(*shard).filter(|n| &n.pod != pod && !n.master && n.link_up).count();
+            assert!(others >= 1, "{pod} recreated while it was its shard's only linked replica");
+        }
         assert!(acts.len() < 300, "did not finish");
     }
     let steps: Vec<String> = acts
@@ -35,6 +41,7 @@ fn replicas_go_first_then_a_failover_then_the_old_master_canary_shard_first() {
         })
         .collect();
     assert_eq!(steps, expected);
+    assert_eq!(sim.view.nodes.len(), 6, "the temporary replicas left");
     assert_eq!(sim.status.phase, RolloutPhase::Completed);
     assert_eq!(sim.status.shards_done, 3);
     assert!(sim.status.point_of_no_return_time.is_some());
@@ -60,16 +67,22 @@ fn the_other_shards_wait_for_the_canary_to_bake() {
 
 #[test]
 fn images_follow_the_shard_in_progress() {
-    let sim = Sim::new(3, 1, r62(), r70());
+    let mut sim = Sim::new(3, 1, r62(), r70());
     let decision = next(&sim.view, &sim.target, &sim.status, sim.now);
     assert_eq!(decision.images, vec![r70().image, r62().image, r62().image]);
+    // The canary first borrows a temporary replica on the new version.
+    assert_eq!(decision.surge, Some(0));
+    assert!(matches!(&decision.act, Act::Wait(why) if why.contains("temporary replica")), "{:?}", decision.act);
+    sim.tick(0);
+    let decision = next(&sim.view, &sim.target, &sim.status, sim.now);
+    assert!(sim.view.nodes.iter().any(|n| n.pod == "c-shard-0-2" && n.image.as_deref() == Some(r70().image)));
     assert!(matches!(decision.act, Act::Recreate { shard: 0, ref pod, .. } if pod == "c-shard-0-1"));
 }
 
 #[test]
 fn nothing_is_decided_about_a_shard_while_one_of_its_pods_is_away() {
     let mut sim = Sim::new(3, 1, r62(), r70());
-    sim.tick(0); // recreates c-shard-0-1
+    sim.tick_until_recreated("c-shard-0-1");
     sim.view.nodes.retain(|n| n.pod != "c-shard-0-1"); // deleted, not back yet
     let decision = next(&sim.view, &sim.target, &sim.status, sim.now);
     assert!(
@@ -82,7 +95,7 @@ fn nothing_is_decided_about_a_shard_while_one_of_its_pods_is_away() {
 #[test]
 fn a_replica_that_is_behind_is_not_promoted() {
     let mut sim = Sim::new(3, 1, r62(), r70());
-    sim.tick(0); // recreates c-shard-0-1
+    sim.tick_until_recreated("c-shard-0-1");
     let replica = sim.view.nodes.iter_mut().find(|n| n.pod == "c-shard-0-1").unwrap();
     replica.lag = Some(MAX_LAG_BYTES * 4);
     let decision = next(&sim.view, &sim.target, &sim.status, sim.now);
@@ -108,7 +121,10 @@ fn a_canary_that_crash_loops_rolls_back_and_remembers_the_target() {
     assert_eq!(sim.run(None), RolloutPhase::RolledBack);
     let rollback = sim.status.last_rollback.clone().expect("recorded");
     assert_eq!(rollback.gate, GATE_RESTARTS);
-    assert!(rollback.reason.contains("c-shard-0-1"), "{}", rollback.reason);
+    // The temporary replica is the first Pod on the new image.
+    assert!(rollback.reason.contains("c-shard-0-2"), "{}", rollback.reason);
+    assert_eq!(sim.view.nodes.len(), 6, "the temporary replica left");
+    assert!(sim.recreated.is_empty(), "no Pod of the cluster was recreated: {:?}", sim.recreated);
     assert_eq!(rollback.target_image, BAD_IMAGE);
     assert_eq!(sim.failovers, 0, "never past the point of no return");
     assert!(sim.status.point_of_no_return_time.is_none());
@@ -122,7 +138,7 @@ fn a_canary_that_crash_loops_rolls_back_and_remembers_the_target() {
 #[test]
 fn a_replica_that_never_comes_back_fails_its_gate_after_the_timeout() {
     let mut sim = Sim::new(3, 1, r62(), r70());
-    sim.tick(0);
+    sim.tick_until_recreated("c-shard-0-1");
     let replica = sim.view.nodes.iter_mut().find(|n| n.pod == "c-shard-0-1").unwrap();
     replica.reachable = false;
     sim.view.healthy = Err("5 of 6 Redis nodes reachable".into());
@@ -209,6 +225,7 @@ fn the_rollout_is_not_complete_until_the_last_replica_has_caught_up() {
 #[test]
 fn a_pod_made_in_the_second_a_restart_started_counts_as_restarted() {
     let mut sim = Sim::new(3, 1, r70(), r70());
+    sim.tick(0); // the temporary replica joins
     // The rollout started mid-second; creationTimestamp has whole seconds.
     let started = sim.status.start_time.as_ref().unwrap().0;
     sim.status.start_time = Some(Time(started + Duration::from_millis(400)));

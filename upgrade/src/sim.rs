@@ -140,6 +140,16 @@ impl Sim {
         }
     }
 
+    /// Ticks until `pod` has been recreated.
+    pub fn tick_until_recreated(&mut self, pod: &str) {
+        for _ in 0..100 {
+            if matches!(self.tick(0), Act::Recreate { pod: ref p, .. } if p == pod) {
+                return;
+            }
+        }
+        panic!("{pod} was not recreated: {:?}", self.status.step)
+    }
+
     /// Every shard has exactly one master, always.
     pub fn assert_every_shard_has_a_master(&self) {
         for shard in 0..self.view.shards {

@@ -75,9 +75,12 @@ pub fn planned_steps(cluster: &RedisCluster, to: &CatalogEntry) -> Result<Vec<St
             } else {
                 let others: Vec<String> = (1..=replicas).map(pod).collect();
                 steps.push(format!(
-                    "Shard {shard}{canary}: recreate replica(s) {} on {}, each back and caught up; fail over to an upgraded replica; recreate the old master",
+                    "Shard {shard}{canary}: a temporary replica {} on {} joins; recreate replica(s) {} on it, each back and caught up; fail over to {}; recreate {}; the temporary replica leaves",
+                    pod(replicas + 1),
+                    hop.release(),
                     others.join(", "),
-                    hop.release()
+                    pod(1),
+                    pod(0)
                 ));
             }
             if shard == 0 && shards > 1 && bake > 0 {
@@ -257,7 +260,10 @@ mod tests {
         let c = cluster(1, ("redis", "6.2.14"));
         let steps = planned_steps(&c, entry_of("valkey-8.1.8").unwrap()).unwrap();
         assert!(steps[0].starts_with("Rollout 1 of 2: redis 6.2.14 → redis 7.0.15"), "{steps:?}");
-        assert!(steps[1].contains("Shard 0 (the canary): recreate replica(s) cache-shard-0-1"), "{steps:?}");
+        assert!(
+            steps[1].starts_with("Shard 0 (the canary): a temporary replica cache-shard-0-2 on redis 7.0.15 joins; recreate replica(s) cache-shard-0-1"),
+            "{steps:?}"
+        );
         assert!(steps[2].starts_with("Bake 30s"), "{steps:?}");
         assert!(steps.iter().any(|s| s.starts_with("Point of no return")));
         assert!(steps.iter().any(|s| s.starts_with("Rollout 2 of 2: redis 7.0.15 → valkey 8.1.8")));

@@ -7,6 +7,7 @@ pub mod cache;
 pub(crate) mod observe;
 mod operation;
 pub mod report;
+mod written;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -59,6 +60,8 @@ pub struct Context {
     pub redis: Pool,
     /// What the last apply of each cluster wrote, so an unchanged cluster builds no object.
     applied: apply::Applied,
+    /// The status each cluster's last write returned, while the cache lags behind it.
+    written: written::Written,
     /// Where every observation goes for the console (the read model).
     pub publisher: Publisher,
     /// Serialises the start of RedisOperations, so two created together
@@ -81,6 +84,7 @@ impl Context {
             caches,
             redis: Pool::default(),
             applied: Default::default(),
+            written: Default::default(),
             publisher,
             operation_starts: Default::default(),
             nudges,
@@ -100,6 +104,7 @@ impl Context {
         let key = format!("{namespace}/{name}");
         self.redis.forget_cluster(&key);
         self.applied.forget_cluster(&key);
+        self.written.forget(&key);
         self.metrics.forget_cluster(&ClusterLabels { namespace: namespace.to_owned(), cluster: name.to_owned() });
         self.publisher.forget(&ClusterKey::new(namespace, name));
     }
@@ -186,6 +191,7 @@ async fn reconcile(cluster: Arc<RedisCluster>, ctx: Arc<Context>) -> Result<Requ
 async fn reconcile_in_span(cluster: Arc<RedisCluster>, ctx: Arc<Context>, namespace: String) -> Result<Requeue> {
     tracing::debug!("waiting for caches");
     ctx.caches.synced().await;
+    let cluster = ctx.written.freshest(&format!("{namespace}/{}", cluster.name_any()), cluster);
     if cluster.metadata.deletion_timestamp.is_some() {
         ctx.forget(&namespace, &cluster.name_any());
         return Ok(Requeue::await_change()); // owner references clean up
@@ -453,8 +459,10 @@ async fn write_status(ctx: &Context, cluster: &RedisCluster, status: RedisCluste
     }
     let api: Api<RedisCluster> = Api::namespaced(ctx.client.clone(), &cluster.namespace().unwrap_or_default());
     let patch = crate::api::status_patch::<RedisCluster>(&status);
-    api.patch_status(&cluster.name_any(), &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(patch))
+    let written = api
+        .patch_status(&cluster.name_any(), &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(patch))
         .await
         .map_err(Error::kube("write status"))?;
+    ctx.written.remember(&format!("{}/{}", cluster.namespace().unwrap_or_default(), cluster.name_any()), written);
     Ok(())
 }

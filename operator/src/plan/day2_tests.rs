@@ -150,6 +150,26 @@ fn shrinking_replicas_fails_over_a_master_on_a_removed_ordinal_first() {
 }
 
 #[test]
+fn a_leaving_pod_that_never_answered_goes_but_one_seen_owning_slots_stays() {
+    let mut o = healthy(3, 1);
+    // A temporary replica on an image that cannot start: never answered.
+    let mut stray = o.pods.iter().find(|p| p.name == "c-shard-0-1").unwrap().clone();
+    (stray.name, stray.ordinal, stray.ip) = ("c-shard-0-2".into(), 2, Some("10.99.0.1".into()));
+    o.pods.push(stray);
+    assert_eq!(o.shard_sizes()[&0], 2, "it holds nothing only it has");
+    // A leaving Pod that stops answering while a node that answers still
+    // sees it owning slots is kept.
+    let mut o = healthy(3, 1);
+    o.replicas_per_master = 0;
+    o.redis.remove("c-shard-0-1");
+    let ip = o.pods.iter().find(|p| p.name == "c-shard-0-1").unwrap().ip.clone().unwrap();
+    let slots = o.redis["c-shard-0-0"].myself().unwrap().slots.clone();
+    let seen = o.redis.get_mut("c-shard-1-0").unwrap().nodes.iter_mut().find(|n| n.ip == ip).unwrap();
+    (seen.master, seen.slots) = (true, slots);
+    assert_eq!(o.shard_sizes()[&0], 2, "never guess about the data");
+}
+
+#[test]
 fn replicas_of_an_unreachable_master_wait_for_redis_to_fail_over() {
     let mut o = healthy(3, 1);
     // The master Pod of shard 0 is recreated empty (ephemeral) before Redis promoted its replica.

@@ -183,8 +183,9 @@ pub const SLOTS_PER_PAIR_PER_STEP: usize = 512;
 
 impl Observed {
     /// How many Pods each staying shard keeps: `replicas + 1`, but a shard
-    /// shrinks only once every Pod it has answered and its master is on a Pod
-    /// that stays (it is failed over first): never guess about the data.
+    /// shrinks only once its master is on a Pod that stays (it is failed over
+    /// first) and every Pod it has either answered or holds nothing only it
+    /// has: never guess about the data.
     pub fn shard_sizes(&self) -> BTreeMap<usize, usize> {
         (0..self.shards)
             .map(|shard| {
@@ -194,12 +195,21 @@ impl Observed {
                 if current <= wanted {
                     return (shard, wanted);
                 }
-                let all_answer = pods.iter().all(|p| self.redis.contains_key(&p.name));
+                // A leaving Pod that does not answer (a temporary replica on
+                // an image that cannot start) may go if no node that answers
+                // sees it owning slots: a replica's data is on its master.
+                let accounted_for = |p: &&PodFact| {
+                    self.redis.contains_key(&p.name)
+                        || (p.ordinal >= wanted
+                            && p.ip.as_deref().is_none_or(|ip| {
+                                !self.redis.values().flat_map(|f| &f.nodes).any(|n| n.ip == ip && owns_slots(n))
+                            }))
+                };
                 let master_stays = pods
                     .iter()
                     .find(|p| self.redis.get(&p.name).and_then(|f| f.myself()).is_some_and(owns_slots))
                     .is_some_and(|p| p.ordinal < wanted);
-                (shard, if all_answer && master_stays { wanted } else { current })
+                (shard, if pods.iter().all(accounted_for) && master_stays { wanted } else { current })
             })
             .collect()
     }
