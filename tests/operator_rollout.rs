@@ -279,3 +279,91 @@ async fn a_rolling_restart_recreates_every_pod_once_with_nothing_lost() {
     assert_all_read_back(&mut client, &seeds, &writer, "after the rolling restart").await;
     writer.stop().await;
 }
+
+/// `INFO` `section` of the node at `ip`, or `None` while it does not answer.
+async fn info(ip: &str, password: &str, section: &str) -> Option<String> {
+    let client = redis::Client::open(format!("redis://:{password}@{ip}:6379/")).ok()?;
+    let mut c = client.get_multiplexed_async_connection().await.ok()?;
+    redis::cmd("INFO").arg(section).query_async(&mut c).await.ok()
+}
+
+#[tokio::test]
+async fn a_rollout_cancelled_after_a_replica_saved_in_valkeys_format_goes_back_with_nothing_lost() {
+    let env = shared_env();
+    let _operator = shared_operator(env);
+    let kube = env.client().await.unwrap();
+    let base = "masters: 3, replicasPerMaster: 1, storage: {size: 1Gi}, upgrade: {canaryBakeSeconds: 0}";
+    let Seeded { ns, clusters, pods, cluster, password, seeds } =
+        seeded_cluster(env, &kube, "rollout-cancel", "undo", &format!("{base}, version: 7.0.15"), 6, 20_000).await;
+    let claims: Api<k8s_openapi::api::core::v1::PersistentVolumeClaim> = Api::namespaced(kube.clone(), &ns);
+    let claim_before = claims.get("data-undo-shard-0-1").await.unwrap().uid().unwrap();
+    let writer = Writer::start(node_ips(&cluster), &password, "ack").await;
+    let follower = follow_pods(&writer, pods.clone(), "undo");
+    apply_cluster_spec(env, &ns, "undo", &format!("{base}, engine: valkey, version: 8.1.8"));
+
+    // Held right after the canary's replica was recreated on valkey 8.1.8.
+    wait_until("the canary's replica recreated", Duration::from_secs(180), || async {
+        let history = events(&kube, &ns).await;
+        history.iter().any(|e| e.reason.as_deref() == Some("RolloutPodRecreated")).then_some(())
+    })
+    .await;
+    let paused = r#"{"spec":{"paused":true}}"#;
+    let (ok, out) = kubectl(env, &["patch", "rdc", "undo", "-n", &ns, "--type=merge", "-p", paused], None);
+    assert!(ok, "{out}");
+    let replica_ip = wait_until("undo-shard-0-1 back on valkey 8.1.8, linked", Duration::from_secs(120), || async {
+        let pod = pods.get("undo-shard-0-1").await.ok()?;
+        let ip = pod.status.as_ref()?.pod_ip.clone()?;
+        let server = info(&ip, &password, "server").await?;
+        let linked = info(&ip, &password, "replication").await?.contains("master_link_status:up");
+        (server.contains("valkey_version:8.1.8") && linked).then_some(ip)
+    })
+    .await;
+    // It saves its data in valkey's format (RDB 11), which redis 7.0 cannot read.
+    let mut c = redis::Client::open(format!("redis://:{password}@{replica_ip}:6379/"))
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    // After its full sync it may be rewriting already: that is the same file.
+    let asked: redis::RedisResult<redis::Value> = redis::cmd("BGREWRITEAOF").query_async(&mut c).await;
+    assert!(asked.is_ok() || format!("{asked:?}").contains("already in progress"), "{asked:?}");
+    wait_until("the replica's AOF rewritten by valkey", Duration::from_secs(60), || async {
+        let persistence = info(&replica_ip, &password, "persistence").await?;
+        let done = persistence.contains("aof_rewrite_in_progress:0")
+            && persistence.contains("aof_last_bgrewrite_status:ok")
+            && !persistence.contains("aof_rewrites:0\r");
+        done.then_some(())
+    })
+    .await;
+
+    // Back to 7.0.15 before the point of no return: the rollout is cancelled.
+    apply_cluster_spec(env, &ns, "undo", &format!("{base}, version: 7.0.15, paused: false"));
+    let back = wait_until("every node back on redis 7.0.15", Duration::from_secs(300), || async {
+        let c = clusters.get("undo").await.ok()?;
+        let status = c.status.as_ref()?;
+        let rolled_back = status.upgrade.as_ref()?.phase == RolloutPhase::RolledBack;
+        let nodes = &status.nodes;
+        let all_old = nodes.len() == 6 && nodes.iter().all(|n| n.version.as_deref() == Some("7.0.15"));
+        let ready = condition(&c, "Ready").is_some_and(|r| r.status == "True");
+        (rolled_back && all_old && ready).then_some(c)
+    })
+    .await;
+    let rollback = back.status.as_ref().unwrap().upgrade.clone().unwrap().last_rollback.expect("recorded");
+    assert!(rollback.reason.contains("set back to 7.0.15"), "{rollback:?}");
+    assert_every_node_runs(&back, &password, "redis", "7.0.15").await;
+    let claim_after = claims.get("data-undo-shard-0-1").await.unwrap().uid().unwrap();
+    assert_ne!(claim_before, claim_after, "the replica came back on a new, empty volume");
+    let history = events(&kube, &ns).await;
+    assert!(
+        history.iter().any(|e| e.reason.as_deref() == Some("RolloutVolumeReplaced")
+            && e.message
+                .as_deref()
+                .unwrap_or_default()
+                .contains("undo-shard-0-1 to redis 7.0.15 (redis:7.0.15) with a fresh volume")),
+        "an event says why the volume was replaced"
+    );
+    follower.abort();
+    let mut client = ClusterClient::new(node_ips(&back), &password).await;
+    assert_all_read_back(&mut client, &seeds, &writer, "after the cancelled rollout").await;
+    writer.stop().await;
+}

@@ -22,6 +22,8 @@ use crate::redis::client::REDIS_PORT;
 
 pub const BUS_PORT: u16 = 16379;
 pub const DATA_DIR: &str = "/data";
+/// The volume claim template: each Pod's claim is `data-<pod>`.
+pub const DATA_CLAIM: &str = "data";
 const CONFIG_DIR: &str = "/etc/redis";
 const AUTH_DIR: &str = "/etc/redis-auth";
 /// Milliseconds a node may be unreachable before its peers fail it over.
@@ -302,7 +304,7 @@ pub fn stateful_set(cluster: &RedisCluster, shard: usize, shape: &ShardShape) ->
             claim_spec["storageClassName"] = json!(class);
         }
         spec["volumeClaimTemplates"] =
-            json!([{ "metadata": { "name": "data", "labels": labels(cluster) }, "spec": claim_spec }]);
+            json!([{ "metadata": { "name": DATA_CLAIM, "labels": labels(cluster) }, "spec": claim_spec }]);
         // A replica removed by scaling leaves its data behind only with keepOnDelete.
         let policy = if storage.keep_on_delete { "Retain" } else { "Delete" };
         spec["persistentVolumeClaimRetentionPolicy"] = json!({ "whenDeleted": policy, "whenScaled": policy });

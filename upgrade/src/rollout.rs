@@ -69,6 +69,10 @@ pub enum Act {
         shard: usize,
         pod: String,
         reason: String,
+        /// Replace its volume too: what it holds was written by a release
+        /// the shard's image cannot read (a replica rolled back after it
+        /// saved in a newer RDB format); it syncs from its master instead.
+        fresh_data: bool,
     },
     /// `CLUSTER FAILOVER` on `pod`, a caught-up replica of `from_pod`.
     Failover {
@@ -372,7 +376,7 @@ impl Planner<'_> {
         if let Some(old) = nodes.iter().find(|n| !n.master && !self.runs_new(n)) {
             let detail = format!("replica to {}", self.status.to);
             let reason = format!("replica of shard {shard} to {} ({})", self.status.to, self.target.to_image);
-            return self.recreate(old, detail, reason);
+            return self.recreate(old, detail, reason, false);
         }
         if !self.runs_new(master) {
             // An upgraded replica takes over; the lowest ordinal first, so a
@@ -424,7 +428,7 @@ impl Planner<'_> {
     }
 
     /// The step that recreates `node`'s Pod on its shard's image.
-    fn recreate(&mut self, node: &NodeView, detail: String, reason: String) -> Act {
+    fn recreate(&mut self, node: &NodeView, detail: String, reason: String, fresh_data: bool) -> Act {
         self.begin_step(RolloutStep {
             shard: node.shard as i32,
             pod: Some(node.pod.clone()),
@@ -433,7 +437,7 @@ impl Planner<'_> {
         });
         // Its restarts leave with it: they must not hide the new Pod's.
         self.status.restarts_at_step_start -= node.restarts;
-        Act::Recreate { shard: node.shard, pod: node.pod.clone(), reason }
+        Act::Recreate { shard: node.shard, pod: node.pod.clone(), reason, fresh_data }
     }
 
     fn roll_back(&mut self) -> Act {
@@ -454,9 +458,18 @@ impl Planner<'_> {
             if !old_reachable {
                 return Act::Wait("rolling back: waiting for the nodes on the old version".into());
             }
+            // Before the point of no return it is a replica: its master has
+            // the data, in a format the old release reads.
+            let fresh_data = self.target.has_point_of_no_return();
             let detail = format!("back to {}", self.status.from);
-            let reason = format!("rolling back {} to {} ({})", node.pod, self.status.from, self.target.from_image);
-            return self.recreate(node, detail, reason);
+            let mut reason = format!("rolling back {} to {} ({})", node.pod, self.status.from, self.target.from_image);
+            if fresh_data {
+                reason += &format!(
+                    " with a fresh volume: {} saves RDB format {}, {} reads up to {}",
+                    self.status.to, self.target.to.rdb_format, self.status.from, self.target.from.rdb_format
+                );
+            }
+            return self.recreate(node, detail, reason, fresh_data);
         }
         if let Err(reason) = &self.view.healthy {
             return Act::Wait(format!("rolling back: {reason}"));

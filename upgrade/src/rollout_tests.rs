@@ -238,3 +238,36 @@ fn a_pod_made_in_the_second_a_restart_started_counts_as_restarted() {
         decision.act
     );
 }
+
+#[test]
+fn a_replica_rolled_back_from_a_newer_rdb_format_gets_a_fresh_volume() {
+    for (from, to, fresh) in [(r70(), v81(), true), (r70(), r70(), false)] {
+        let mut sim = Sim::new(3, 1, from, to);
+        let mut forward = None;
+        for _ in 0..100 {
+            if let Act::Recreate { pod, fresh_data, .. } = sim.tick(0)
+                && pod == "c-shard-0-1"
+            {
+                forward = Some(fresh_data);
+                break;
+            }
+        }
+        assert_eq!(forward, Some(false), "going forward, a Pod keeps its volume");
+        // Cancelled (spec set back) before the point of no return.
+        sim.status.phase = RolloutPhase::RollingBack;
+        let mut back = vec![];
+        while sim.status.phase == RolloutPhase::RollingBack {
+            if let Act::Recreate { pod, fresh_data, reason, .. } = sim.tick(0) {
+                back.push((pod, fresh_data, reason));
+            }
+            assert!(back.len() < 10);
+        }
+        if from == to {
+            assert!(back.is_empty(), "a restart has nothing to take back: {back:?}");
+            continue;
+        }
+        assert_eq!(back.len(), 1, "{back:?}");
+        assert_eq!((back[0].0.as_str(), back[0].1), ("c-shard-0-1", fresh), "{back:?}");
+        assert!(back[0].2.contains("fresh volume") && back[0].2.contains("RDB format 11"), "{}", back[0].2);
+    }
+}

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use futures::future::{join_all, try_join_all};
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use kube::api::{Api, DeleteParams};
 
 use super::Context;
@@ -150,7 +150,22 @@ async fn act_on(
             }
             event("PodReplaced", format!("force-deleted {pod} ({reason}); its StatefulSet recreates it elsewhere"))
         }
-        Action::RecreatePod { pod, shard, reason } => {
+        Action::RecreatePod { pod, shard, reason, fresh_data } => {
+            if *fresh_data {
+                // Deleted with the Pod (the claim is protected while in use);
+                // the StatefulSet makes a new, empty one for the new Pod.
+                let claims: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), target.namespace);
+                let claim = format!("{}-{pod}", crate::resources::DATA_CLAIM);
+                match claims.delete(&claim, &DeleteParams::default()).await {
+                    Ok(_) => {}
+                    Err(kube::Error::Api(e)) if e.code == 404 => {}
+                    Err(e) => {
+                        return Err(Error::kube(format!("delete PersistentVolumeClaim {}/{claim}", target.namespace))(
+                            e,
+                        ));
+                    }
+                }
+            }
             let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), target.namespace);
             match pods.delete(pod, &DeleteParams::default()).await {
                 Ok(_) => {}
@@ -158,7 +173,10 @@ async fn act_on(
                 Err(e) => return Err(Error::kube(format!("delete Pod {}/{pod}", target.namespace))(e)),
             }
             failpoint::hit(failpoint::AFTER_RECREATE);
-            event("RolloutPodRecreated", format!("shard {shard}: recreating {pod}: {reason}"))
+            // Its own reason: a replaced volume is worth finding on its own
+            // (events of one reason are aggregated under the first message).
+            let reason_name = if *fresh_data { "RolloutVolumeReplaced" } else { "RolloutPodRecreated" };
+            event(reason_name, format!("shard {shard}: recreating {pod}: {reason}"))
         }
         Action::RemoveShard { shard } => {
             let name = Names(target.cluster).shard(*shard);

@@ -146,7 +146,8 @@ pub enum Action {
     DeletePod { pod: String, reason: String },
     /// Delete a Pod so its StatefulSet (`OnDelete`) recreates it on the
     /// shard's current image: a rollout's step.
-    RecreatePod { pod: String, shard: usize, reason: String },
+    /// `fresh_data`: its volume is replaced too (see the rollout planner).
+    RecreatePod { pod: String, shard: usize, reason: String, fresh_data: bool },
     /// Delete a drained leaving shard's StatefulSet.
     RemoveShard { shard: usize },
     /// The cluster matches the spec.

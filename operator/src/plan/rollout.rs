@@ -192,7 +192,9 @@ pub fn plan(
         let action = match (&refusal, decision.act) {
             (Some(reason), _) => Action::Wait(format!("rollout held: {reason}")),
             (None, Act::Wait(reason)) => Action::Wait(reason),
-            (None, Act::Recreate { shard, pod, reason }) => Action::RecreatePod { pod, shard, reason },
+            (None, Act::Recreate { shard, pod, reason, fresh_data }) => {
+                Action::RecreatePod { pod, shard, reason, fresh_data }
+            }
             (None, Act::Failover { shard, pod, reason, .. }) => {
                 Action::Failover { pod, shard, reason, force: false, operation: None }
             }
