@@ -15,7 +15,8 @@ use super::wait_until;
 use super::writer::Writer;
 
 /// Asks every Pod of the cluster `ROLE` every 100 ms; counts samples in which
-/// a shard had no node answering as master, and notes every Pod made after
+/// a shard had no node answering as master (asked again, node after node,
+/// from a fresh Pod list, before it counts), and notes every Pod made after
 /// it started, in order (Events are aggregated per reason, so they cannot
 /// tell the order).
 pub struct Poller {
@@ -40,9 +41,9 @@ impl Poller {
             let mut seen: Option<BTreeSet<String>> = None;
             let mut connections: BTreeMap<String, redis::aio::MultiplexedConnection> = BTreeMap::new();
             let mut listed = Instant::now() - Duration::from_secs(5);
+            let selector = format!("slotkeeper.io/cluster={cluster}");
             while !st.load(std::sync::atomic::Ordering::Relaxed) {
                 if listed.elapsed() > Duration::from_millis(500) {
-                    let selector = format!("slotkeeper.io/cluster={cluster}");
                     if let Ok(list) = pods.list(&ListParams::default().labels(&selector)).await {
                         let uids: BTreeSet<String> = list.items.iter().filter_map(|p| p.uid()).collect();
                         match &mut seen {
@@ -57,28 +58,17 @@ impl Poller {
                                 seen.extend(uids);
                             }
                         }
-                        ips = list
-                            .items
-                            .iter()
-                            .filter_map(|p| {
-                                let shard = p.labels().get("slotkeeper.io/shard")?.parse().ok()?;
-                                Some((p.name_any(), (shard, p.status.as_ref()?.pod_ip.clone()?)))
-                            })
-                            .collect();
+                        ips = shard_and_ip(&list.items);
                     }
                     listed = Instant::now();
                 }
                 // Open connections are kept (as a client's would be), so a
                 // busy machine does not read as a missing master.
                 for (_, ip) in ips.values() {
-                    if !connections.contains_key(ip) {
-                        let url = format!("redis://:{password}@{ip}:6379/");
-                        let open = tokio::time::timeout(Duration::from_secs(1), async {
-                            redis::Client::open(url).ok()?.get_multiplexed_async_connection().await.ok()
-                        });
-                        if let Ok(Some(c)) = open.await {
-                            connections.insert(ip.clone(), c);
-                        }
+                    if !connections.contains_key(ip)
+                        && let Some(c) = connect(ip, &password).await
+                    {
+                        connections.insert(ip.clone(), c);
                     }
                 }
                 let asks = ips.iter().map(|(name, (shard, ip))| {
@@ -95,14 +85,27 @@ impl Poller {
                     answers.iter().any(|(s, _, r)| *s == shard && r.as_deref() == Some("master"))
                 };
                 let mut missing = Vec::new();
-                for shard in (0..shards).filter(|&s| !with_master(&answers, s)) {
+                let without: Vec<usize> = (0..shards).filter(|&s| !with_master(&answers, s)).collect();
+                // The Pod list is up to 500 ms old: a Pod recreated since
+                // (the new master, a moment after it came back) is not in it.
+                let fresh = if without.is_empty() {
+                    None
+                } else {
+                    pods.list(&ListParams::default().labels(&selector)).await.ok()
+                };
+                let now_ips = fresh.map_or_else(|| ips.clone(), |list| shard_and_ip(&list.items));
+                for shard in without {
                     // The nodes answer concurrently, not at one instant: the
                     // new master may answer just before it takes over and the
                     // old one just after it steps down. Ask the shard again,
                     // one node after the other, before calling it a gap.
                     let mut again = Vec::new();
-                    for (name, (_, ip)) in ips.iter().filter(|(_, (s, _))| *s == shard) {
-                        again.push((shard, format!("{name}@{ip}"), ask_role(connections.get(ip).cloned()).await));
+                    for (name, (_, ip)) in now_ips.iter().filter(|(_, (s, _))| *s == shard) {
+                        let connection = match connections.get(ip) {
+                            Some(c) => Some(c.clone()),
+                            None => connect(ip, &password).await,
+                        };
+                        again.push((shard, format!("{name}@{ip}"), ask_role(connection).await));
                     }
                     if !with_master(&again, shard) {
                         let said = |answers: &[(usize, String, Option<String>)]| {
@@ -143,6 +146,22 @@ impl Poller {
         let (samples, gaps) = self.samples.lock().unwrap().clone();
         (samples, gaps, self.appeared.lock().unwrap().clone())
     }
+}
+
+/// Each Pod's shard and address, by Pod name (Pods without an address yet left out).
+fn shard_and_ip(pods: &[Pod]) -> BTreeMap<String, (usize, String)> {
+    pods.iter()
+        .filter_map(|p| {
+            let shard = p.labels().get("slotkeeper.io/shard")?.parse().ok()?;
+            Some((p.name_any(), (shard, p.status.as_ref()?.pod_ip.clone()?)))
+        })
+        .collect()
+}
+
+async fn connect(ip: &str, password: &str) -> Option<redis::aio::MultiplexedConnection> {
+    let url = format!("redis://:{password}@{ip}:6379/");
+    let open = async { redis::Client::open(url).ok()?.get_multiplexed_async_connection().await.ok() };
+    tokio::time::timeout(Duration::from_secs(1), open).await.ok().flatten()
 }
 
 /// What a node answers to `ROLE` ("master", "slave"), within a second.
