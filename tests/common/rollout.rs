@@ -71,21 +71,18 @@ impl Poller {
                         connections.insert(ip.clone(), c);
                     }
                 }
-                let asks = ips.iter().map(|(name, (shard, ip))| {
-                    let (shard, at, connection) = (*shard, format!("{name}@{ip}"), connections.get(ip).cloned());
-                    async move { (shard, at, ask_role(connection).await) }
+                let asks = ips.iter().map(|(pod, (shard, ip))| {
+                    let connection = connections.get(ip).cloned();
+                    async move {
+                        Answer { shard: *shard, pod: pod.clone(), ip: ip.clone(), role: ask_role(connection).await }
+                    }
                 });
                 let answers = futures::future::join_all(asks).await;
-                for (_, at, role) in &answers {
-                    if role.is_none() {
-                        connections.remove(at.split_once('@').map_or(at.as_str(), |(_, ip)| ip));
-                    }
+                for answer in answers.iter().filter(|a| a.role.is_none()) {
+                    connections.remove(&answer.ip);
                 }
-                let with_master = |answers: &[(usize, String, Option<String>)], shard: usize| {
-                    answers.iter().any(|(s, _, r)| *s == shard && r.as_deref() == Some("master"))
-                };
                 let mut missing = Vec::new();
-                let without: Vec<usize> = (0..shards).filter(|&s| !with_master(&answers, s)).collect();
+                let without: Vec<usize> = (0..shards).filter(|&s| !Answer::master_in(&answers, s)).collect();
                 // The Pod list is up to 500 ms old: a Pod recreated since
                 // (the new master, a moment after it came back) is not in it.
                 let fresh = if without.is_empty() {
@@ -100,25 +97,17 @@ impl Poller {
                     // old one just after it steps down. Ask the shard again,
                     // one node after the other, before calling it a gap.
                     let mut again = Vec::new();
-                    for (name, (_, ip)) in now_ips.iter().filter(|(_, (s, _))| *s == shard) {
+                    for (pod, (_, ip)) in now_ips.iter().filter(|(_, (s, _))| *s == shard) {
                         let connection = match connections.get(ip) {
                             Some(c) => Some(c.clone()),
                             None => connect(ip, &password).await,
                         };
-                        again.push((shard, format!("{name}@{ip}"), ask_role(connection).await));
+                        let role = ask_role(connection).await;
+                        again.push(Answer { shard, pod: pod.clone(), ip: ip.clone(), role });
                     }
-                    if !with_master(&again, shard) {
-                        let said = |answers: &[(usize, String, Option<String>)]| {
-                            let each = answers.iter().filter(|(s, ..)| *s == shard);
-                            let each =
-                                each.map(|(_, at, role)| format!("{at} {}", role.as_deref().unwrap_or("no answer")));
-                            each.collect::<Vec<_>>().join(", ")
-                        };
-                        missing.push(format!(
-                            "shard {shard} had no master ({}; again: {})",
-                            said(&answers),
-                            said(&again)
-                        ));
+                    if !Answer::master_in(&again, shard) {
+                        let (first, second) = (Answer::said(&answers, shard), Answer::said(&again, shard));
+                        missing.push(format!("shard {shard} had no master ({first}; again: {second})"));
                     }
                 }
                 {
@@ -145,6 +134,27 @@ impl Poller {
         let _ = self.task.await;
         let (samples, gaps) = self.samples.lock().unwrap().clone();
         (samples, gaps, self.appeared.lock().unwrap().clone())
+    }
+}
+
+/// What one node answered to `ROLE` in a sample.
+struct Answer {
+    shard: usize,
+    pod: String,
+    ip: String,
+    role: Option<String>,
+}
+
+impl Answer {
+    fn master_in(answers: &[Answer], shard: usize) -> bool {
+        answers.iter().any(|a| a.shard == shard && a.role.as_deref() == Some("master"))
+    }
+
+    /// `pod@ip role, ...` for the shard's nodes.
+    fn said(answers: &[Answer], shard: usize) -> String {
+        let each = answers.iter().filter(|a| a.shard == shard);
+        let each = each.map(|a| format!("{}@{} {}", a.pod, a.ip, a.role.as_deref().unwrap_or("no answer")));
+        each.collect::<Vec<_>>().join(", ")
     }
 }
 
@@ -268,7 +278,7 @@ pub async fn seeded_cluster(
 }
 
 /// Of the Pods a 3×1 cluster's rollout made (`made`, in order): each of
-/// `cluster`'s six recreated exactly once.
+/// `cluster`'s six recreated exactly once, and one temporary replica per shard.
 pub fn assert_recreated_once(made: &[String], cluster: &str) {
     let mut distinct = made.to_vec();
     distinct.sort();

@@ -384,7 +384,7 @@ impl Planner<'_> {
             let candidate = nodes
                 .iter()
                 .filter(|n| !n.master && self.runs_new(n) && Self::caught_up(n))
-                .min_by_key(|n| (n.ordinal >= wanted, n.lag));
+                .min_by_key(|n| (self.view.is_temporary(n), n.lag));
             let Some(candidate) = candidate else {
                 return Act::Wait(format!("shard {shard}: waiting for an upgraded replica to catch up"));
             };
@@ -444,8 +444,8 @@ impl Planner<'_> {
         let old_reachable = self.view.nodes.iter().filter(|n| self.on_old_image(n)).all(|n| n.reachable);
         // A temporary replica is not brought back: it leaves (the checkpoint
         // no longer names a surge shard), unless Redis made it master.
-        let temporary = |n: &NodeView| n.ordinal > self.view.replicas_per_master && !n.master;
-        if let Some(node) = self.view.nodes.iter().find(|n| !self.on_old_image(n) && !temporary(n)) {
+        let leaves = |n: &NodeView| self.view.is_temporary(n) && !n.master;
+        if let Some(node) = self.view.nodes.iter().find(|n| !self.on_old_image(n) && !leaves(n)) {
             if node.master && node.reachable {
                 // Only after the point of no return can a new node be master;
                 // rolling back was decided before it, so Redis failed over by

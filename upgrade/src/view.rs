@@ -45,6 +45,11 @@ impl ClusterView {
         self.nodes.iter().filter(move |n| n.shard == shard)
     }
 
+    /// A rollout's temporary replica: an ordinal beyond the shard's own.
+    pub fn is_temporary(&self, node: &NodeView) -> bool {
+        node.ordinal > self.replicas_per_master
+    }
+
     pub fn restarts(&self) -> i32 {
         self.nodes.iter().map(|n| n.restarts).sum()
     }

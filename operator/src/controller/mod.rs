@@ -191,7 +191,7 @@ async fn reconcile(cluster: Arc<RedisCluster>, ctx: Arc<Context>) -> Result<Requ
 async fn reconcile_in_span(cluster: Arc<RedisCluster>, ctx: Arc<Context>, namespace: String) -> Result<Requeue> {
     tracing::debug!("waiting for caches");
     ctx.caches.synced().await;
-    let cluster = ctx.written.freshest(&format!("{namespace}/{}", cluster.name_any()), cluster);
+    let cluster = ctx.written.freshest(cluster);
     if cluster.metadata.deletion_timestamp.is_some() {
         ctx.forget(&namespace, &cluster.name_any());
         return Ok(Requeue::await_change()); // owner references clean up
@@ -463,6 +463,6 @@ async fn write_status(ctx: &Context, cluster: &RedisCluster, status: RedisCluste
         .patch_status(&cluster.name_any(), &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(patch))
         .await
         .map_err(Error::kube("write status"))?;
-    ctx.written.remember(&format!("{}/{}", cluster.namespace().unwrap_or_default(), cluster.name_any()), written);
+    ctx.written.remember(written);
     Ok(())
 }

@@ -17,18 +17,19 @@ pub struct Written(Mutex<BTreeMap<String, Arc<RedisCluster>>>);
 
 impl Written {
     /// Keeps what the API server returned for a status write.
-    pub fn remember(&self, key: &str, written: RedisCluster) {
-        self.0.lock().expect("written lock").insert(key.to_owned(), Arc::new(written));
+    pub fn remember(&self, written: RedisCluster) {
+        self.0.lock().expect("written lock").insert(key_of(&written), Arc::new(written));
     }
 
     /// The cached object, or the one written last if the cache is behind it.
-    pub fn freshest(&self, key: &str, cached: Arc<RedisCluster>) -> Arc<RedisCluster> {
+    pub fn freshest(&self, cached: Arc<RedisCluster>) -> Arc<RedisCluster> {
+        let key = key_of(&cached);
         let mut written = self.0.lock().expect("written lock");
-        match written.get(key) {
+        match written.get(&key) {
             Some(ours) if ours.uid() == cached.uid() && is_newer(ours, &cached) => ours.clone(),
             Some(_) => {
                 // The cache has it (or a later change, or another object).
-                written.remove(key);
+                written.remove(&key);
                 cached
             }
             None => cached,
@@ -38,6 +39,10 @@ impl Written {
     pub fn forget(&self, key: &str) {
         self.0.lock().expect("written lock").remove(key);
     }
+}
+
+fn key_of(cluster: &RedisCluster) -> String {
+    format!("{}/{}", cluster.namespace().unwrap_or_default(), cluster.name_any())
 }
 
 /// The API server's resourceVersions are etcd revisions, which only grow;
@@ -66,28 +71,25 @@ mod tests {
     #[test]
     fn the_status_written_last_wins_until_the_cache_catches_up() {
         let written = Written::default();
-        written.remember("n/c", cluster("u1", "120", "written"));
+        written.remember(cluster("u1", "120", "written"));
         let stale = Arc::new(cluster("u1", "100", "stale"));
-        assert_eq!(
-            written.freshest("n/c", stale.clone()).status.as_ref().unwrap().cluster_state.as_deref(),
-            Some("written")
-        );
+        assert_eq!(written.freshest(stale.clone()).status.as_ref().unwrap().cluster_state.as_deref(), Some("written"));
         let caught_up = Arc::new(cluster("u1", "120", "written"));
-        assert!(Arc::ptr_eq(&written.freshest("n/c", caught_up.clone()), &caught_up));
+        assert!(Arc::ptr_eq(&written.freshest(caught_up.clone()), &caught_up));
         // Forgotten once the cache had it: an older copy is not replaced any more.
-        assert!(Arc::ptr_eq(&written.freshest("n/c", stale.clone()), &stale));
+        assert!(Arc::ptr_eq(&written.freshest(stale.clone()), &stale));
     }
 
     #[test]
     fn a_later_change_or_another_object_of_the_same_name_is_taken_from_the_cache() {
         let written = Written::default();
-        written.remember("n/c", cluster("u1", "120", "written"));
+        written.remember(cluster("u1", "120", "written"));
         let later = Arc::new(cluster("u1", "130", "spec changed"));
-        assert!(Arc::ptr_eq(&written.freshest("n/c", later.clone()), &later));
-        written.remember("n/c", cluster("u1", "120", "written"));
+        assert!(Arc::ptr_eq(&written.freshest(later.clone()), &later));
+        written.remember(cluster("u1", "120", "written"));
         let recreated = Arc::new(cluster("u2", "90", "new object"));
-        assert!(Arc::ptr_eq(&written.freshest("n/c", recreated.clone()), &recreated));
-        written.remember("n/c", cluster("u1", "not-a-number", "written"));
-        assert!(Arc::ptr_eq(&written.freshest("n/c", later.clone()), &later));
+        assert!(Arc::ptr_eq(&written.freshest(recreated.clone()), &recreated));
+        written.remember(cluster("u1", "not-a-number", "written"));
+        assert!(Arc::ptr_eq(&written.freshest(later.clone()), &later));
     }
 }
