@@ -3,6 +3,7 @@
 //! which the operator's reconcile executes through its one act layer.
 #![forbid(unsafe_code)]
 
+pub mod preflight;
 pub mod rollout;
 mod view;
 
