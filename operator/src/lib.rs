@@ -17,3 +17,4 @@ pub mod redis;
 pub mod resources;
 pub mod sampler;
 pub mod server;
+pub mod webhook;

@@ -1,0 +1,2 @@
+pub mod certs;
+pub mod tls;
