@@ -338,11 +338,11 @@ async fn without_scripts_a_scale_in_is_previewed_confirmed_and_made() {
     assert!(steps.contains("a temporary replica plain-shard-0-1"), "no replicas: a surge per shard: {steps}");
     assert!(steps.contains("Point of no return"), "{steps}");
     browser.screenshot("23-version-plan").await;
-    assert_eq!(api.get("plain").await.unwrap().spec.version, "7.0.15", "nothing changed before confirming");
+    assert_eq!(api.get("plain").await.unwrap().spec.redis.version, "7.0.15", "nothing changed before confirming");
     browser.click("#confirm-version").await;
     browser.wait_for_text(".flash", "out to valkey 8.1.8", Duration::from_secs(10)).await;
     let asked = api.get("plain").await.unwrap().spec;
-    assert_eq!((asked.engine.to_string(), asked.version.as_str()), ("valkey".to_owned(), "8.1.8"));
+    assert_eq!((asked.redis.engine.to_string(), asked.redis.version.as_str()), ("valkey".to_owned(), "8.1.8"));
     assert!(audited(env, "alice", &ns).iter().any(|a| a == "patch redisclusters plain"));
     wait_until("the rollout to valkey completed", Duration::from_secs(300), || async {
         let c = api.get("plain").await.ok()?;

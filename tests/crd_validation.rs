@@ -20,15 +20,21 @@ async fn bad_input_is_rejected_with_a_message_naming_the_field() {
     let cases = [
         ("  masters: 2\n  version: 7.0.15\n", "spec.masters must be at least 3"),
         ("  masters: 3\n  replicasPerMaster: 6\n  version: 7.0.15\n", "spec.replicasPerMaster must be between 0 and 5"),
-        ("  masters: 3\n  version: seven\n", "spec.version must be a semantic version"),
+        ("  masters: 3\n  version: seven\n", "spec.redis.version must be a semantic version"),
         (
             "  masters: 3\n  version: 7.2.4\n",
-            "spec.engine and spec.version must name an entry of the operator's version catalog: redis 6.2.14, redis 7.0.15, valkey 8.1.8",
+            "spec.redis.engine and spec.redis.version must name an entry of the operator's version catalog: redis 6.2.14, redis 7.0.15, valkey 8.1.8",
         ),
         ("  masters: 3\n  engine: valkey\n  version: 7.0.15\n", "must name an entry of the operator's version catalog"),
-        ("  masters: 3\n  engine: keydb\n  version: 6.3.4\n", "spec.engine"),
-        ("  masters: 3\n  version: 7.0.15\n  config: {port: '7000'}\n", "spec.config sets a key the operator manages"),
-        ("  masters: 3\n  version: 7.0.15\n  config: {rename-command: 'FLUSHALL \"\"'}\n", "spec.config sets a key"),
+        ("  masters: 3\n  engine: keydb\n  version: 6.3.4\n", "spec.redis.engine"),
+        (
+            "  masters: 3\n  version: 7.0.15\n  config: {port: '7000'}\n",
+            "spec.redis.config sets a key the operator manages",
+        ),
+        (
+            "  masters: 3\n  version: 7.0.15\n  config: {rename-command: 'FLUSHALL \"\"'}\n",
+            "spec.redis.config sets a key",
+        ),
         ("  masters: 3\n  version: 7.0.15\n  storage: {size: lots}\n", "spec.storage.size must be a quantity"),
     ];
     for (spec, message) in cases {

@@ -117,7 +117,7 @@ async fn invalid_operations_fail_with_a_clear_message_and_change_nothing() {
         (
             "ghost",
             operation(&ns, "ghost", "nowhere", "{shard: 0}"),
-            "spec.cluster: RedisCluster nowhere does not exist",
+            "spec.cluster_name: RedisCluster nowhere does not exist",
         ),
         ("no-replica", operation(&ns, "no-replica", "solo", "{shard: 1}"), "shard 1 has no replica to promote"),
         (

@@ -140,7 +140,7 @@ async fn redis_6_2_to_valkey_8_1_in_two_rollouts_with_nothing_lost_and_a_pause_h
         (degraded.status == "True" && degraded.reason == "VersionRefused").then_some((c, degraded))
     })
     .await;
-    assert!(refused.1.message.starts_with("spec.version"), "{}", refused.1.message);
+    assert!(refused.1.message.starts_with("spec.redis.version"), "{}", refused.1.message);
     assert!(refused.1.message.contains("cannot be reached from valkey 8.1.8"), "{}", refused.1.message);
     assert_eq!(condition(&refused.0, "Ready").unwrap().status, "False");
     assert_eq!(refused.0.status.as_ref().unwrap().current_version.as_deref(), Some("8.1.8"));

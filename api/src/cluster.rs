@@ -1,5 +1,5 @@
-//! `RedisCluster` (`slotkeeper.io/v1alpha1`): what the user asks for, and what
-//! the operator reports. Validation lives in the schema as CEL rules, so the
+//! `RedisCluster` (`slotkeeper.io/v1`, the version stored and the one the
+//! operator works with): what the user asks for, and what it reports. Validation lives in the schema as CEL rules, so the
 //! apiserver itself rejects bad input with a message naming the field.
 
 use std::collections::BTreeMap;
@@ -10,22 +10,25 @@ use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
 
 pub use crate::catalog::Engine;
-use crate::rollout::{UpgradeSpec, UpgradeStatus};
+use crate::rollout::{RolloutSpec, UpgradeStatus};
 
-/// The CEL rule that `spec.engine` and `spec.version` name a catalog entry;
-/// a test keeps it equal to [`crate::catalog::cel_rule`].
+/// The CEL rule that `spec.redis.engine` and `spec.redis.version` name a
+/// catalog entry; a test keeps it equal to [`crate::catalog::cel_rule`].
 const CATALOG_RULE: &str = "(self.engine == 'redis' && self.version in ['6.2.14', '7.0.15']) || (self.engine == 'valkey' && self.version in ['8.1.8'])";
-const CATALOG_MESSAGE: &str = "spec.engine and spec.version must name an entry of the operator's version catalog: redis 6.2.14, redis 7.0.15, valkey 8.1.8";
+const CATALOG_MESSAGE: &str = "spec.redis.engine and spec.redis.version must name an entry of the operator's version catalog: redis 6.2.14, redis 7.0.15, valkey 8.1.8";
 
 /// The fewest masters a cluster may have (the CRD's rule on `spec.masters`
 /// says the same; a test keeps them equal).
 pub const MIN_MASTERS: i32 = 3;
 
+/// Where a cluster's Pods are spread when `spec.placement.topologyKey` is absent.
+pub const DEFAULT_TOPOLOGY_KEY: &str = "kubernetes.io/hostname";
+
 /// A Redis Cluster: `masters` shards, each with `replicasPerMaster` replicas.
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[kube(
     group = "slotkeeper.io",
-    version = "v1alpha1",
+    version = "v1",
     kind = "RedisCluster",
     plural = "redisclusters",
     shortname = "rdc",
@@ -37,12 +40,11 @@ pub const MIN_MASTERS: i32 = 3;
     printcolumn = r#"{"name":"Replicas","type":"integer","description":"replicas per master","jsonPath":".spec.replicasPerMaster"}"#,
     printcolumn = r#"{"name":"Engine","type":"string","jsonPath":".status.currentEngine"}"#,
     printcolumn = r#"{"name":"Version","type":"string","jsonPath":".status.currentVersion"}"#,
-    printcolumn = r#"{"name":"Target","type":"string","priority":1,"jsonPath":".spec.version"}"#,
+    printcolumn = r#"{"name":"Target","type":"string","priority":1,"jsonPath":".spec.redis.version"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#,
     validation = Rule::new("has(self.spec.storage) == has(oldSelf.spec.storage)").message("spec.storage cannot be added or removed after creation: a cluster is either ephemeral or persistent; create a new RedisCluster instead")
 )]
 #[serde(rename_all = "camelCase")]
-#[x_kube(validation = Rule::new(CATALOG_RULE).message(CATALOG_MESSAGE))]
 pub struct RedisClusterSpec {
     /// Number of master shards; at least 3, so a majority survives the loss of one.
     #[x_kube(validation = Rule::new("self >= 3").message("spec.masters must be at least 3: Redis Cluster needs a majority of masters to fail over"))]
@@ -53,19 +55,8 @@ pub struct RedisClusterSpec {
     #[x_kube(validation = Rule::new("self >= 0 && self <= 5").message("spec.replicasPerMaster must be between 0 and 5"))]
     pub replicas_per_master: i32,
 
-    /// The server: `redis` (default) or `valkey`.
-    #[serde(default)]
-    pub engine: Engine,
-
-    /// The engine's version (semver), one of the operator's version catalog.
-    /// Changing it rolls the cluster out to it along the catalog's edges.
-    #[x_kube(validation = Rule::new("self.matches('^[0-9]+\\\\.[0-9]+\\\\.[0-9]+$')").message("spec.version must be a semantic version such as 7.0.15"))]
-    #[schemars(length(max = 32))]
-    pub version: String,
-
-    /// Overrides the catalog's image for `engine` and `version`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub image: Option<String>,
+    /// The server every node runs: engine, version, image and redis.conf settings.
+    pub redis: RedisSpec,
 
     /// Resources of each Redis container; `maxmemory` derives from the memory limit unless configured.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -79,23 +70,67 @@ pub struct RedisClusterSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub auth: Option<AuthSpec>,
 
-    /// redis.conf overrides (allow-listed keys only).
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    #[schemars(extend("maxProperties" = 64))]
-    #[x_kube(validation = Rule::new("self.all(k, !(k in ['port', 'bind', 'dir', 'cluster-enabled', 'cluster-config-file', 'cluster-announce-ip', 'cluster-announce-port', 'cluster-announce-bus-port', 'replica-announce-ip', 'requirepass', 'masterauth', 'masteruser', 'rename-command', 'include', 'daemonize', 'pidfile', 'logfile', 'unixsocket', 'protected-mode', 'aclfile', 'replicaof', 'slaveof', 'tls-port']))").message("spec.config sets a key the operator manages or that is unsafe (port, bind, dir, cluster-*, requirepass, masterauth, rename-command, include, ...); remove it"))]
-    pub config: BTreeMap<String, String>,
-
     /// How version rollouts go (canary bake time, step timeout).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub upgrade: Option<UpgradeSpec>,
+    pub rollout: Option<RolloutSpec>,
+
+    /// How the cluster's Pods are spread over failure domains.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub placement: Option<PlacementSpec>,
 
     /// Stops every action on this cluster while true; a rollout holds
     /// between steps and resumes from its checkpoint.
     #[serde(default)]
     pub paused: bool,
 
+    /// Kubernetes scheduling of the Redis Pods (affinity, tolerations, ...).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scheduling: Option<SchedulingSpec>,
+}
+
+impl RedisClusterSpec {
+    /// The label that names a failure domain: a shard's Pods are kept in different ones.
+    pub fn topology_key(&self) -> &str {
+        self.placement.as_ref().and_then(|p| p.topology_key.as_deref()).unwrap_or(DEFAULT_TOPOLOGY_KEY)
+    }
+}
+
+/// The server: which engine at which version, from which image, with which settings.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new(CATALOG_RULE).message(CATALOG_MESSAGE))]
+pub struct RedisSpec {
+    /// `redis` (default) or `valkey`.
+    #[serde(default)]
+    pub engine: Engine,
+
+    /// The engine's version (semver), one of the operator's version catalog.
+    /// Changing it rolls the cluster out to it along the catalog's edges.
+    #[x_kube(validation = Rule::new("self.matches('^[0-9]+\\\\.[0-9]+\\\\.[0-9]+$')").message("spec.redis.version must be a semantic version such as 7.0.15"))]
+    #[schemars(length(max = 32))]
+    pub version: String,
+
+    /// Overrides the catalog's image for `engine` and `version`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
+
+    /// redis.conf overrides (allow-listed keys only).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(extend("maxProperties" = 64))]
+    #[x_kube(validation = Rule::new("self.all(k, !(k in ['port', 'bind', 'dir', 'cluster-enabled', 'cluster-config-file', 'cluster-announce-ip', 'cluster-announce-port', 'cluster-announce-bus-port', 'replica-announce-ip', 'requirepass', 'masterauth', 'masteruser', 'rename-command', 'include', 'daemonize', 'pidfile', 'logfile', 'unixsocket', 'protected-mode', 'aclfile', 'replicaof', 'slaveof', 'tls-port']))").message("spec.redis.config sets a key the operator manages or that is unsafe (port, bind, dir, cluster-*, requirepass, masterauth, rename-command, include, ...); remove it"))]
+    pub config: BTreeMap<String, String>,
+}
+
+/// How a cluster's Pods are spread.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct PlacementSpec {
+    /// The Node label whose values are failure domains (for example
+    /// `topology.kubernetes.io/zone`); a shard's Pods go to different ones.
+    /// `kubernetes.io/hostname` when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 316))]
+    pub topology_key: Option<String>,
 }
 
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]

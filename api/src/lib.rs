@@ -9,14 +9,17 @@ pub mod balance;
 pub mod capacity;
 pub mod catalog;
 pub mod cluster;
+pub mod conversion;
 pub mod names;
 pub mod operation;
 pub mod rollout;
 pub mod topology;
+pub mod v1alpha1;
 
 pub use cluster::*;
 pub use operation::*;
 
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::CustomResourceExt as _;
 
 /// A server-side-apply patch setting the status of a `K`: its apiVersion
@@ -28,10 +31,24 @@ pub fn status_patch<K: kube::Resource<DynamicType = ()>>(status: &impl serde::Se
 /// Where the generated CRD lives in the repository.
 pub const CRD_PATH: &str = "deploy/crds/slotkeeper.io.yaml";
 
+/// Every CRD the operator serves, each with both versions: `v1` stored,
+/// `v1alpha1` served and deprecated.
+pub fn crds() -> Vec<CustomResourceDefinition> {
+    let both = |old: CustomResourceDefinition, new: CustomResourceDefinition| {
+        let storage = new.spec.versions[0].name.clone();
+        kube::core::crd::merge_crds(vec![old, new], &storage)
+            .expect("both versions of a kind share group, names and scope")
+    };
+    vec![
+        both(v1alpha1::RedisCluster::crd(), RedisCluster::crd()),
+        both(v1alpha1::RedisOperation::crd(), RedisOperation::crd()),
+    ]
+}
+
 /// Every CRD the operator serves, as the YAML committed in `deploy/crds/`.
 pub fn crds_yaml() -> String {
     let header = "# Generated from the Rust types by `slotkeeper crd`; do not edit.\n";
-    let crds = [RedisCluster::crd(), RedisOperation::crd()];
+    let crds = crds();
     let documents: Vec<String> = crds.iter().map(|crd| serde_yaml::to_string(crd).expect("a CRD serializes")).collect();
     format!("{header}{}", documents.join("---\n"))
 }
@@ -53,7 +70,7 @@ mod tests {
     #[test]
     fn status_patches_name_the_type_they_are_for() {
         let patch = status_patch::<RedisOperation>(&RedisOperationStatus::default());
-        assert_eq!(patch["apiVersion"], "slotkeeper.io/v1alpha1");
+        assert_eq!(patch["apiVersion"], "slotkeeper.io/v1");
         assert_eq!(patch["kind"], "RedisOperation");
         assert!(patch["status"].is_object());
     }

@@ -6,6 +6,9 @@ pub const LABEL_CLUSTER: &str = "slotkeeper.io/cluster";
 pub const LABEL_SHARD: &str = "slotkeeper.io/shard";
 pub const LABEL_MANAGED_BY: &str = "app.kubernetes.io/managed-by";
 pub const LABEL_NAME: &str = "app.kubernetes.io/name";
+/// On a `v1alpha1` object: the fields only `v1` has, as JSON, so that a
+/// round trip through `v1alpha1` loses nothing.
+pub const ANNOTATION_V1_FIELDS: &str = "conversion.slotkeeper.io/v1-fields";
 /// Hash of the desired object, so unchanged objects are never re-applied.
 pub const ANNOTATION_SPEC_HASH: &str = "slotkeeper.io/spec-hash";
 

@@ -1,4 +1,4 @@
-//! `RedisOperation` (`slotkeeper.io/v1alpha1`): a one-shot, audited action on
+//! `RedisOperation` (`slotkeeper.io/v1`): a one-shot, audited action on
 //! a `RedisCluster`, such as a coordinated failover of one shard. It runs
 //! once; its status is the record of what happened.
 
@@ -10,13 +10,13 @@ use serde::{Deserialize, Serialize};
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[kube(
     group = "slotkeeper.io",
-    version = "v1alpha1",
+    version = "v1",
     kind = "RedisOperation",
     plural = "redisoperations",
     shortname = "rdo",
     namespaced,
     status = "RedisOperationStatus",
-    printcolumn = r#"{"name":"Cluster","type":"string","jsonPath":".spec.cluster"}"#,
+    printcolumn = r#"{"name":"Cluster","type":"string","jsonPath":".spec.clusterName"}"#,
     printcolumn = r#"{"name":"Type","type":"string","jsonPath":".spec.type"}"#,
     printcolumn = r#"{"name":"Phase","type":"string","jsonPath":".status.phase"}"#,
     printcolumn = r#"{"name":"Message","type":"string","priority":1,"jsonPath":".status.message"}"#,
@@ -28,7 +28,7 @@ use serde::{Deserialize, Serialize};
 pub struct RedisOperationSpec {
     /// The `RedisCluster` in this namespace to act on.
     #[schemars(length(min = 1, max = 253))]
-    pub cluster: String,
+    pub cluster_name: String,
     #[serde(rename = "type")]
     pub type_: OperationType,
     /// For `Failover`: which shard, and optionally which replica to promote.

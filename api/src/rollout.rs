@@ -1,4 +1,4 @@
-//! How a version rollout is asked for (`spec.upgrade`) and reported
+//! How a version rollout is asked for (`spec.rollout`) and reported
 //! (`status.upgrade`). The status is the rollout's checkpoint: what a
 //! restarted operator needs beyond what it observes in Redis and Kubernetes.
 
@@ -12,6 +12,23 @@ pub const DEFAULT_BAKE_SECONDS: i32 = 30;
 /// may take before its gate counts as failed.
 pub const DEFAULT_STEP_TIMEOUT_SECONDS: i32 = 180;
 
+/// `spec.rollout` (`v1`).
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct RolloutSpec {
+    /// Seconds the cluster must stay healthy after the canary shard before
+    /// the other shards follow; default 30, 0 for none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self >= 0 && self <= 86400").message("spec.rollout.canaryBakeSeconds must be between 0 and 86400"))]
+    pub canary_bake_seconds: Option<i32>,
+    /// Seconds a step may take (a recreated Pod back, linked and caught up)
+    /// before the rollout counts it failed; default 180.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self >= 10 && self <= 86400").message("spec.rollout.stepTimeoutSeconds must be between 10 and 86400"))]
+    pub step_timeout_seconds: Option<i32>,
+}
+
+/// `spec.upgrade`, the same settings under their `v1alpha1` name.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
 #[serde(rename_all = "camelCase")]
 pub struct UpgradeSpec {

@@ -36,7 +36,7 @@ pub async fn pause(namespace: String, name: String, paused: String) -> Result<()
     Ok(())
 }
 
-/// Sets `spec.engine` and `spec.version` (a rollout along the catalog's edges).
+/// Sets `spec.redis.engine` and `spec.redis.version` (a rollout along the catalog's edges).
 #[server(prefix = "/actions", endpoint = "change-version")]
 pub async fn change_version(namespace: String, name: String, target: String) -> Result<(), ServerFnError> {
     server::change_version(namespace, name, target).await;
@@ -253,7 +253,7 @@ pub(crate) mod server {
         let mut operation = RedisOperation::new(
             "",
             RedisOperationSpec {
-                cluster: name.clone(),
+                cluster_name: name.clone(),
                 type_: OperationType::Failover,
                 failover: Some(FailoverSpec { shard, target_pod: Some(pod.clone()) }),
             },
@@ -288,7 +288,7 @@ pub(crate) mod server {
         let Some(client) = client_as(&request, &session, &page) else { return };
         let api: Api<RedisCluster> = Api::namespaced(client, &namespace);
         let params = PatchParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() };
-        let patch = json!({ "spec": { "engine": entry.engine, "version": entry.version } });
+        let patch = json!({ "spec": { "redis": { "engine": entry.engine, "version": entry.version } } });
         match api.patch(&name, &params, &Patch::Merge(patch)).await {
             Ok(_) => {
                 tracing::info!(user = %session.user, cluster = %name, namespace = %namespace, target = %entry.release(), "console: change version");

@@ -1,4 +1,4 @@
-//! redis.conf per release: the user's `spec.config` keys checked against what
+//! redis.conf per release: the user's `spec.redis.config` keys checked against what
 //! each release understands, translated where a key was renamed, and the
 //! features an older node cannot parse kept off while such a node is left
 //! (one Redis 7.0 node announcing a hostname makes every 6.2 node mark it
@@ -67,7 +67,7 @@ pub fn user_lines(
             && !at_least(entry, engine, since)
         {
             return Err(format!(
-                "spec.config.{key}: {} does not know it (it appeared in {engine} {since}); remove it until every node runs a release that does",
+                "spec.redis.config.{key}: {} does not know it (it appeared in {engine} {since}); remove it until every node runs a release that does",
                 entry.release()
             ));
         }
@@ -113,7 +113,7 @@ mod tests {
     fn a_key_an_older_release_does_not_know_is_refused_naming_it() {
         let r62 = lookup(Engine::Redis, "6.2.14").unwrap();
         let error = user_lines(&config(&[("latency-tracking", "yes")]), r62, &[r62]).unwrap_err();
-        assert!(error.starts_with("spec.config.latency-tracking: redis 6.2.14 does not know it"), "{error}");
+        assert!(error.starts_with("spec.redis.config.latency-tracking: redis 6.2.14 does not know it"), "{error}");
     }
 
     #[test]

@@ -77,12 +77,12 @@ pub fn meta(cluster: &RedisCluster, name: String, extra_labels: &[(&str, String)
     }
 }
 
-/// The image `spec` asks for: `spec.image`, else the catalog's.
+/// The image `spec` asks for: `spec.redis.image`, else the catalog's.
 pub fn image(cluster: &RedisCluster) -> String {
-    cluster.spec.image.clone().unwrap_or_else(|| {
-        catalog::lookup(cluster.spec.engine, &cluster.spec.version)
+    cluster.spec.redis.image.clone().unwrap_or_else(|| {
+        catalog::lookup(cluster.spec.redis.engine, &cluster.spec.redis.version)
             .map(|e| e.image.to_owned())
-            .unwrap_or_else(|| format!("{}:{}", cluster.spec.engine, cluster.spec.version))
+            .unwrap_or_else(|| format!("{}:{}", cluster.spec.redis.engine, cluster.spec.redis.version))
     })
 }
 
@@ -146,15 +146,15 @@ pub fn redis_conf(cluster: &RedisCluster, entry: &CatalogEntry, in_use: &[&Catal
          include {AUTH_DIR}/auth.conf\n",
         name = cluster.name_any()
     );
-    if !cluster.spec.config.contains_key("maxmemory")
+    if !cluster.spec.redis.config.contains_key("maxmemory")
         && let Some(bytes) = maxmemory_for_limit(cluster)
     {
         conf += &format!("maxmemory {bytes}\n");
     }
-    match crate::config::user_lines(&cluster.spec.config, entry, in_use) {
+    match crate::config::user_lines(&cluster.spec.redis.config, entry, in_use) {
         Ok(lines) => lines.iter().for_each(|line| conf += &format!("{line}\n")),
         // The reconcile refuses such a spec before applying; never a broken file.
-        Err(reason) => conf += &format!("# spec.config not applied: {reason}\n"),
+        Err(reason) => conf += &format!("# spec.redis.config not applied: {reason}\n"),
     }
     conf
 }
@@ -243,7 +243,7 @@ pub fn stateful_set(cluster: &RedisCluster, shard: usize, shape: &ShardShape) ->
     let affinity = scheduling.affinity.map(|a| serde_json::to_value(a).expect("serializable")).unwrap_or_else(|| {
         json!({ "podAntiAffinity": { "preferredDuringSchedulingIgnoredDuringExecution": [{
             "weight": 100,
-            "podAffinityTerm": { "topologyKey": "kubernetes.io/hostname", "labelSelector": { "matchLabels": selector } },
+            "podAffinityTerm": { "topologyKey": cluster.spec.topology_key(), "labelSelector": { "matchLabels": selector } },
         }]}})
     });
     let mut volumes = vec![

@@ -14,7 +14,7 @@ fn cluster(yaml_spec: serde_json::Value) -> RedisCluster {
 
 #[test]
 fn one_stateful_set_per_shard_with_owner_and_anti_affinity() {
-    let c = cluster(json!({"masters": 3, "replicasPerMaster": 1, "version": "7.0.15"}));
+    let c = cluster(json!({"masters": 3, "replicasPerMaster": 1, "redis": {"version": "7.0.15"}}));
     let shape = |image: &str| ShardShape { pods: 2, image: image.into(), conf: "redis-7.0.15.conf".into() };
     let shards = BTreeMap::from([(0, shape("redis:7.0.15")), (1, shape("valkey/valkey:8.1.8")), (2, shape("x"))]);
     let objects = desired_objects(&c, &shards, &[r70()]);
@@ -32,12 +32,26 @@ fn one_stateful_set_per_shard_with_owner_and_anti_affinity() {
     let term = &set["spec"]["template"]["spec"]["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
         [0];
     assert_eq!(term["podAffinityTerm"]["labelSelector"]["matchLabels"][LABEL_SHARD], "1");
+    assert_eq!(term["podAffinityTerm"]["topologyKey"], "kubernetes.io/hostname", "Nodes by default");
     assert!(set["spec"]["volumeClaimTemplates"].is_null(), "ephemeral without storage");
 }
 
 #[test]
+fn a_shards_pods_are_kept_apart_by_the_placement_topology_key() {
+    let zoned = json!({"masters": 3, "redis": {"version": "7.0.15"}, "placement": {"topologyKey": "topology.kubernetes.io/zone"}});
+    let shards = BTreeMap::from([(0, ShardShape { pods: 2, image: "redis:7.0.15".into(), conf: "c".into() })]);
+    let objects = desired_objects(&cluster(zoned), &shards, &[r70()]);
+    let set = objects.iter().find(|o| o["kind"] == "StatefulSet").unwrap();
+    let term = &set["spec"]["template"]["spec"]["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+        [0];
+    assert_eq!(term["podAffinityTerm"]["topologyKey"], "topology.kubernetes.io/zone");
+}
+
+#[test]
 fn storage_adds_claims_and_retention_follows_keep_on_delete() {
-    let mut c = cluster(json!({"masters": 3, "version": "6.2.14", "storage": {"size": "2Gi", "keepOnDelete": true}}));
+    let mut c = cluster(
+        json!({"masters": 3, "redis": {"version": "6.2.14"}, "storage": {"size": "2Gi", "keepOnDelete": true}}),
+    );
     let one = ShardShape { pods: 1, image: image(&c), conf: "redis-6.2.14.conf".into() };
     let set = stateful_set(&c, 0, &one);
     assert_eq!(set["spec"]["volumeClaimTemplates"][0]["spec"]["resources"]["requests"]["storage"], "2Gi");
@@ -52,16 +66,15 @@ fn storage_adds_claims_and_retention_follows_keep_on_delete() {
 #[test]
 fn config_puts_operator_keys_first_and_derives_maxmemory() {
     let c = cluster(json!({
-        "masters": 3, "version": "7.0.15",
+        "masters": 3, "redis": {"version": "7.0.15", "config": {"maxmemory-policy": "allkeys-lru"}},
         "resources": {"limits": {"memory": "1Gi"}},
-        "config": {"maxmemory-policy": "allkeys-lru"},
     }));
     let conf = redis_conf(&c, r70(), &[r70()]);
     assert!(conf.contains("cluster-enabled yes\n") && conf.contains("include /etc/redis-auth/auth.conf\n"));
     assert!(conf.contains(&format!("maxmemory {}\n", (1u64 << 30) / 4 * 3)), "{conf}");
     assert!(conf.ends_with("maxmemory-policy allkeys-lru\n"));
     let explicit = cluster(
-        json!({"masters": 3, "version": "7.0.15", "resources": {"limits": {"memory": "1Gi"}}, "config": {"maxmemory": "100mb"}}),
+        json!({"masters": 3, "redis": {"version": "7.0.15", "config": {"maxmemory": "100mb"}}, "resources": {"limits": {"memory": "1Gi"}}}),
     );
     assert!(!redis_conf(&explicit, r70(), &[r70()]).contains("maxmemory 805306368"));
 }
@@ -73,15 +86,16 @@ fn auth_conf_quotes_the_password() {
 
 #[test]
 fn budget_follows_replicas() {
-    let with = cluster(json!({"masters": 3, "replicasPerMaster": 1, "version": "7.0.15"}));
-    let without = cluster(json!({"masters": 3, "version": "7.0.15"}));
+    let with = cluster(json!({"masters": 3, "replicasPerMaster": 1, "redis": {"version": "7.0.15"}}));
+    let without = cluster(json!({"masters": 3, "redis": {"version": "7.0.15"}}));
     assert_eq!(disruption_budget(&with)["spec"]["maxUnavailable"], 1);
     assert_eq!(disruption_budget(&without)["spec"]["maxUnavailable"], 0);
 }
 
 #[test]
 fn one_file_per_release_in_use_and_redis_conf_for_older_pods() {
-    let c = cluster(json!({"masters": 3, "version": "6.2.14", "config": {"hash-max-listpack-entries": "256"}}));
+    let c =
+        cluster(json!({"masters": 3, "redis": {"version": "6.2.14", "config": {"hash-max-listpack-entries": "256"}}}));
     let r62 = catalog::lookup(crate::api::Engine::Redis, "6.2.14").unwrap();
     let map = config_map(&c, &[r62, r70()]);
     let data = map["data"].as_object().unwrap();
@@ -94,10 +108,10 @@ fn one_file_per_release_in_use_and_redis_conf_for_older_pods() {
 
 #[test]
 fn hashes_change_only_with_content() {
-    let c = cluster(json!({"masters": 3, "version": "7.0.15"}));
+    let c = cluster(json!({"masters": 3, "redis": {"version": "7.0.15"}}));
     let (_, a) = with_hash(config_map(&c, &[r70()]));
     let (_, b) = with_hash(config_map(&c, &[r70()]));
     assert_eq!(a, b);
-    let d = cluster(json!({"masters": 3, "version": "7.0.15", "config": {"hz": "20"}}));
+    let d = cluster(json!({"masters": 3, "redis": {"version": "7.0.15", "config": {"hz": "20"}}}));
     assert_ne!(a, with_hash(config_map(&d, &[r70()])).1);
 }

@@ -124,7 +124,7 @@ mod tests {
     #[test]
     fn pods_come_from_status_with_shard_ordinal_and_node() {
         let spec: RedisClusterSpec =
-            serde_json::from_value(serde_json::json!({"masters": 3, "version": "7.0.15"})).unwrap();
+            serde_json::from_value(serde_json::json!({"masters": 3, "redis": {"version": "7.0.15"}})).unwrap();
         let mut cluster = RedisCluster::new("my-cache", spec);
         let node = |pod: &str, ip: &str| NodeStatus {
             pod: pod.into(),

@@ -170,7 +170,7 @@ impl ReadModel {
     /// The RedisOperations of one cluster, newest first.
     pub fn operations_of(&self, key: &ClusterKey) -> Vec<Arc<RedisOperation>> {
         let mut operations = self.inner.operations.state_filter(|o| {
-            o.metadata.namespace.as_deref() == Some(key.namespace.as_str()) && o.spec.cluster == key.name
+            o.metadata.namespace.as_deref() == Some(key.namespace.as_str()) && o.spec.cluster_name == key.name
         });
         operations.sort_by(|a, b| {
             b.metadata

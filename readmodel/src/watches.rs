@@ -79,7 +79,8 @@ async fn watch_operations(api: Api<RedisOperation>, writer: Writer<RedisOperatio
     while let Some(event) = stream.next().await {
         match event {
             Ok(Watched::Apply(operation) | Watched::Delete(operation)) => {
-                let key = ClusterKey::new(operation.namespace().unwrap_or_default(), operation.spec.cluster.clone());
+                let key =
+                    ClusterKey::new(operation.namespace().unwrap_or_default(), operation.spec.cluster_name.clone());
                 inner.notify(Change::Cluster(key));
             }
             Ok(Watched::InitDone) => inner.notify(Change::Everything),
@@ -133,7 +134,7 @@ fn cluster_of(inner: &Inner, event: &EventView) -> Option<ClusterKey> {
         KIND_POD => cluster_of_pod(&event.name)?.to_owned(),
         _ => {
             let operation = inner.operations.get(&reflector::ObjectRef::new(&event.name).within(&event.namespace))?;
-            operation.spec.cluster.clone()
+            operation.spec.cluster_name.clone()
         }
     };
     Some(ClusterKey::new(event.namespace.clone(), name))

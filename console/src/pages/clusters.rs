@@ -152,7 +152,7 @@ pub fn version(cluster: &RedisCluster, observation: Option<&Observation>) -> Str
             .status
             .as_ref()
             .and_then(|s| s.current_version.clone())
-            .unwrap_or_else(|| cluster.spec.version.clone()),
+            .unwrap_or_else(|| cluster.spec.redis.version.clone()),
         1 => observed[0].clone(),
         _ => format!("mixed: {}", observed.join(" + ")),
     }

@@ -28,8 +28,8 @@ pub fn value_of(entry: &CatalogEntry) -> String {
 /// What the nodes run (status), else what spec asks (a cluster being created).
 pub fn current(cluster: &RedisCluster) -> Option<&'static CatalogEntry> {
     let status = cluster.status.as_ref();
-    let version = status.and_then(|s| s.current_version.clone()).unwrap_or_else(|| cluster.spec.version.clone());
-    let engine = status.and_then(|s| s.current_engine).unwrap_or(cluster.spec.engine);
+    let version = status.and_then(|s| s.current_version.clone()).unwrap_or_else(|| cluster.spec.redis.version.clone());
+    let engine = status.and_then(|s| s.current_engine).unwrap_or(cluster.spec.redis.engine);
     catalog::lookup(engine, &version)
 }
 
@@ -49,7 +49,7 @@ pub fn planned_steps(cluster: &RedisCluster, to: &CatalogEntry) -> Result<Vec<St
     }
     let shards = cluster.spec.masters.max(0) as usize;
     let replicas = cluster.spec.replicas_per_master.max(0) as usize;
-    let bake = cluster.spec.upgrade.as_ref().and_then(|u| u.canary_bake_seconds).unwrap_or(DEFAULT_BAKE_SECONDS);
+    let bake = cluster.spec.rollout.as_ref().and_then(|u| u.canary_bake_seconds).unwrap_or(DEFAULT_BAKE_SECONDS);
     let name = &cluster.metadata.name.clone().unwrap_or_default();
     let mut steps = Vec::new();
     let mut at = from;
@@ -104,7 +104,7 @@ pub fn rollout(cluster: &RedisCluster, now: Timestamp) -> AnyView {
     let status = cluster.status.clone().unwrap_or_default();
     let running = current(cluster).map(|e| e.release().to_string()).unwrap_or_else(|| "unknown".into());
     let image = status.current_image.clone().unwrap_or_default();
-    let asked = format!("{} {}", cluster.spec.engine, cluster.spec.version);
+    let asked = format!("{} {}", cluster.spec.redis.engine, cluster.spec.redis.version);
     let summary = view! {
         <dl class="facts">
             <dt>"Nodes run"</dt><dd id="version-current">{running}</dd>
@@ -239,8 +239,7 @@ mod tests {
     use slotkeeper_api::RedisClusterSpec;
 
     fn cluster(replicas: i32, current: (&str, &str)) -> RedisCluster {
-        let spec =
-            serde_json::json!({"masters": 3, "replicasPerMaster": replicas, "version": current.1, "engine": current.0});
+        let spec = serde_json::json!({"masters": 3, "replicasPerMaster": replicas, "redis": {"version": current.1, "engine": current.0}});
         let mut c = RedisCluster::new("cache", serde_json::from_value::<RedisClusterSpec>(spec).unwrap());
         c.metadata.namespace = Some("apps".into());
         c

@@ -170,7 +170,7 @@ mod tests {
 
     #[test]
     fn the_spec_names_a_secret_but_holds_no_value() {
-        let spec = serde_json::json!({"masters": 3, "version": "7.0.15", "auth": {"secretName": "pw"}});
+        let spec = serde_json::json!({"masters": 3, "redis": {"version": "7.0.15"}, "auth": {"secretName": "pw"}});
         let cluster = RedisCluster::new("c", serde_json::from_value(spec).unwrap());
         let html = Owner::new().with(|| spec_yaml(&cluster).to_html());
         assert!(html.contains("secretName: pw") && html.contains("masters: 3"), "{html}");

@@ -93,7 +93,7 @@ mod tests {
 
     pub fn cluster(phase: Phase, ready: bool, degraded: bool) -> RedisCluster {
         let spec: RedisClusterSpec =
-            serde_json::from_value(serde_json::json!({"masters": 3, "version": "7.0.15"})).unwrap();
+            serde_json::from_value(serde_json::json!({"masters": 3, "redis": {"version": "7.0.15"}})).unwrap();
         let mut c = RedisCluster::new("c", spec);
         let condition = |kind: &str, status: bool| Condition {
             type_: kind.into(),

@@ -222,7 +222,7 @@ mod tests {
     use crate::api::RedisClusterSpec;
 
     fn cluster(resource_version: Option<&str>, masters: i32) -> RedisCluster {
-        let spec = serde_json::json!({"masters": masters, "replicasPerMaster": 1, "version": "7.0.15"});
+        let spec = serde_json::json!({"masters": masters, "replicasPerMaster": 1, "redis": {"version": "7.0.15"}});
         let mut c = RedisCluster::new("cache", serde_json::from_value::<RedisClusterSpec>(spec).unwrap());
         c.metadata.namespace = Some("apps".into());
         c.metadata.uid = Some("uid-1".into());

@@ -183,15 +183,15 @@ impl Caches {
         self.operations.state().iter().find_map(|op| {
             let status = op.status.as_ref()?;
             let running = status.phase == Some(OperationPhase::Running) && op.spec.type_ == OperationType::Failover;
-            (running && op.metadata.namespace.as_deref() == Some(namespace) && op.spec.cluster == cluster).then(|| {
-                FailoverIntent {
+            (running && op.metadata.namespace.as_deref() == Some(namespace) && op.spec.cluster_name == cluster).then(
+                || FailoverIntent {
                     operation: op.metadata.name.clone().unwrap_or_default(),
                     shard: op.spec.failover.as_ref().map_or(0, |f| f.shard.max(0) as usize),
                     from: status.from_pod.clone().unwrap_or_default(),
                     to: status.to_pod.clone().unwrap_or_default(),
                     sent: status.failover_sent_time.is_some(),
-                }
-            })
+                },
+            )
         })
     }
 
@@ -200,7 +200,7 @@ impl Caches {
         self.operations.state().iter().find_map(|op| {
             let running = op.status.as_ref()?.phase == Some(OperationPhase::Running)
                 && op.spec.type_ == OperationType::RollingRestart;
-            (running && op.metadata.namespace.as_deref() == Some(namespace) && op.spec.cluster == cluster)
+            (running && op.metadata.namespace.as_deref() == Some(namespace) && op.spec.cluster_name == cluster)
                 .then(|| op.metadata.name.clone().unwrap_or_default())
         })
     }

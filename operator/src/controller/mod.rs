@@ -143,7 +143,7 @@ async fn run_clusters(ctx: Arc<Context>, triggers: Triggers, namespace: Option<&
         .owns_stream(triggers.disruption_budgets)
         .owns_stream(triggers.network_policies)
         .watches_stream(triggers.operations, |op| {
-            Some(ObjectRef::new(&op.spec.cluster).within(op.metadata.namespace.as_deref()?))
+            Some(ObjectRef::new(&op.spec.cluster_name).within(op.metadata.namespace.as_deref()?))
         })
         .shutdown_on_signal()
         .run(reconcile, error_policy, ctx.clone())
@@ -269,7 +269,7 @@ async fn reconcile_steps(cluster: &RedisCluster, ctx: &Context, namespace: &str)
     ctx.publisher.publish(&ClusterKey::new(namespace, &name), observation);
 
     for entry in &rollout.in_use {
-        crate::config::user_lines(&cluster.spec.config, entry, &rollout.in_use).map_err(Error::InvalidSpec)?;
+        crate::config::user_lines(&cluster.spec.redis.config, entry, &rollout.in_use).map_err(Error::InvalidSpec)?;
     }
     let shapes: std::collections::BTreeMap<usize, ShardShape> = observed
         .shard_sizes()

@@ -72,7 +72,7 @@ enum Outcome {
 
 async fn reconcile(operation: Arc<RedisOperation>, ctx: Arc<Context>) -> Result<Requeue> {
     let namespace = operation.namespace().unwrap_or_default();
-    let span = tracing::info_span!("operation", operation = %operation.name_any(), cluster = %operation.spec.cluster, namespace = %namespace);
+    let span = tracing::info_span!("operation", operation = %operation.name_any(), cluster = %operation.spec.cluster_name, namespace = %namespace);
     reconcile_in_span(operation, ctx, namespace).instrument(span).await
 }
 
@@ -83,13 +83,13 @@ async fn reconcile_in_span(operation: Arc<RedisOperation>, ctx: Arc<Context>, na
     }
     ctx.caches.synced().await;
     let clusters: Api<RedisCluster> = Api::namespaced(ctx.client.clone(), &namespace);
-    let cluster_name = &operation.spec.cluster;
+    let cluster_name = &operation.spec.cluster_name;
     let Some(cluster) = clusters
         .get_opt(cluster_name)
         .await
         .map_err(Error::kube(format!("read RedisCluster {namespace}/{cluster_name}")))?
     else {
-        let reason = format!("spec.cluster: RedisCluster {cluster_name} does not exist in namespace {namespace}");
+        let reason = format!("spec.cluster_name: RedisCluster {cluster_name} does not exist in namespace {namespace}");
         finish(&ctx, &operation, None, status, OperationPhase::Failed, reason).await?;
         return Ok(Requeue::await_change());
     };
@@ -290,7 +290,7 @@ async fn running_operation(ctx: &Context, operation: &RedisOperation, namespace:
     Ok(all
         .items
         .into_iter()
-        .filter(|o| o.name_any() != operation.name_any() && o.spec.cluster == operation.spec.cluster)
+        .filter(|o| o.name_any() != operation.name_any() && o.spec.cluster_name == operation.spec.cluster_name)
         .find(|o| o.status.as_ref().and_then(|s| s.phase) == Some(OperationPhase::Running))
         .map(|o| o.name_any()))
 }

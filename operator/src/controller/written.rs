@@ -59,7 +59,7 @@ mod tests {
 
     fn cluster(uid: &str, revision: &str, phase_note: &str) -> RedisCluster {
         let mut c: RedisCluster = serde_json::from_value(
-            serde_json::json!({"metadata": {"name": "c", "namespace": "n"}, "spec": {"masters": 3, "version": "7.0.15"}}),
+            serde_json::json!({"metadata": {"name": "c", "namespace": "n"}, "spec": {"masters": 3, "redis": {"version": "7.0.15"}}}),
         )
         .expect("valid");
         c.metadata.uid = Some(uid.into());

@@ -50,7 +50,7 @@ fn entry_named(text: &str) -> Option<&'static CatalogEntry> {
 /// What the nodes run: from status, else (a new cluster) what spec asks.
 fn current(cluster: &RedisCluster) -> (&'static CatalogEntry, String) {
     let status = cluster.status.clone().unwrap_or_default();
-    let spec_entry = catalog::lookup(cluster.spec.engine, &cluster.spec.version);
+    let spec_entry = catalog::lookup(cluster.spec.redis.engine, &cluster.spec.redis.version);
     let entry = status
         .current_version
         .as_deref()
@@ -71,7 +71,7 @@ fn target(
     to: &'static CatalogEntry,
     to_image: String,
 ) -> Target {
-    let upgrade = cluster.spec.upgrade.clone().unwrap_or_default();
+    let upgrade = cluster.spec.rollout.clone().unwrap_or_default();
     let seconds = |value: Option<i32>, default: i32| Duration::from_secs(value.unwrap_or(default).max(0) as u64);
     Target {
         from,
@@ -144,12 +144,12 @@ pub fn plan(
         refusal,
         held,
     };
-    let Some(desired) = catalog::lookup(cluster.spec.engine, &cluster.spec.version) else {
+    let Some(desired) = catalog::lookup(cluster.spec.redis.engine, &cluster.spec.redis.version) else {
         return at_rest(
             Some(format!(
-                "spec.version: {} {} is not in the operator's catalog ({})",
-                cluster.spec.engine,
-                cluster.spec.version,
+                "spec.redis.version: {} {} is not in the operator's catalog ({})",
+                cluster.spec.redis.engine,
+                cluster.spec.redis.version,
                 catalog::describe()
             )),
             None,
@@ -172,8 +172,8 @@ pub fn plan(
             match &running.point_of_no_return_time {
                 Some(at) => {
                     refusal = Some(format!(
-                        "spec.version {}: going back to {} is refused: a node on {} has been master since {} (the point of no return), and an older replica cannot take a full sync from it; set spec.version back to {} to finish the rollout",
-                        cluster.spec.version, running.from, running.to, at.0, to.version
+                        "spec.redis.version {}: going back to {} is refused: a node on {} has been master since {} (the point of no return), and an older replica cannot take a full sync from it; set spec.redis.version back to {} to finish the rollout",
+                        cluster.spec.redis.version, running.from, running.to, at.0, to.version
                     ));
                 }
                 None => {
@@ -182,7 +182,10 @@ pub fn plan(
                         target: running.to.clone(),
                         target_image: running.to_image.clone(),
                         gate: GATE_CANCELLED.into(),
-                        reason: format!("spec.version set back to {} before the point of no return", from.version),
+                        reason: format!(
+                            "spec.redis.version set back to {} before the point of no return",
+                            from.version
+                        ),
                         time: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(now)),
                     });
                 }
@@ -229,7 +232,7 @@ pub fn plan(
         let ways = if ways.is_empty() { "none".to_owned() } else { ways.join(", ") };
         return at_rest(
             Some(format!(
-                "spec.version: {} cannot be reached from {} (the nodes run it): a downgrade or an unknown upgrade edge; reachable: {ways}. Set spec.engine and spec.version back to {}",
+                "spec.redis.version: {} cannot be reached from {} (the nodes run it): a downgrade or an unknown upgrade edge; reachable: {ways}. Set spec.redis.engine and spec.redis.version back to {}",
                 desired.release(),
                 current.release(),
                 current.release()
@@ -249,14 +252,14 @@ pub fn plan(
         return at_rest(
             None,
             Some(format!(
-                "the rollout to {} ({hop_image}) was rolled back: gate {} failed: {}; it is not retried until spec.version or spec.image changes",
+                "the rollout to {} ({hop_image}) was rolled back: gate {} failed: {}; it is not retried until spec.redis.version or spec.redis.image changes",
                 failed.target, failed.gate, failed.reason
             )),
         );
     }
     let both = if hop == current { vec![current] } else { vec![current, hop] };
     if let Err(reason) =
-        both.iter().try_for_each(|e| crate::config::user_lines(&cluster.spec.config, e, &both).map(drop))
+        both.iter().try_for_each(|e| crate::config::user_lines(&cluster.spec.redis.config, e, &both).map(drop))
     {
         return at_rest(Some(format!("the rollout to {} cannot start: {reason}", hop.release())), None);
     }

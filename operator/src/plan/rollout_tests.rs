@@ -9,7 +9,7 @@ use crate::api::RedisClusterSpec;
 use crate::plan::sim::{converge, fresh};
 
 fn cluster(engine: &str, version: &str, current: Option<(&str, &str)>) -> RedisCluster {
-    let spec = json!({"masters": 3, "replicasPerMaster": 1, "engine": engine, "version": version});
+    let spec = json!({"masters": 3, "replicasPerMaster": 1, "redis": {"engine": engine, "version": version}});
     let mut c = RedisCluster::new("c", serde_json::from_value::<RedisClusterSpec>(spec).unwrap());
     c.metadata.namespace = Some("apps".into());
     if let Some((engine, version)) = current {
@@ -66,7 +66,7 @@ fn a_downgrade_is_refused_naming_spec_version() {
     let c = cluster("redis", "6.2.14", Some(("redis", "7.0.15")));
     let plan = plan(&c, &healthy_cluster(), Ok(()), None, now());
     let refusal = plan.refusal.expect("refused");
-    assert!(refusal.starts_with("spec.version"), "{refusal}");
+    assert!(refusal.starts_with("spec.redis.version"), "{refusal}");
     assert!(refusal.contains("redis 6.2.14 cannot be reached from redis 7.0.15"), "{refusal}");
     assert_eq!(plan.images, vec!["redis:7.0.15"; 3], "nothing changes");
     assert!(plan.status.is_none());
@@ -100,7 +100,7 @@ fn setting_the_version_back_cancels_before_the_point_of_no_return_and_is_refused
     running(&mut c, true);
     let refused = plan(&c, &healthy_cluster(), Ok(()), None, now());
     let reason = refused.refusal.expect("refused");
-    assert!(reason.starts_with("spec.version 6.2.14: going back to redis 6.2.14 is refused"), "{reason}");
+    assert!(reason.starts_with("spec.redis.version 6.2.14: going back to redis 6.2.14 is refused"), "{reason}");
     assert!(matches!(refused.action, Some(Action::Wait(_))), "the rollout holds");
 }
 
@@ -121,7 +121,7 @@ fn a_rolled_back_target_is_held_until_spec_changes() {
     assert!(held.held.expect("held").contains("gate ContainerRestarts failed"));
     assert!(held.action.is_none());
     // Another image for the same version is another target: it starts.
-    c.spec.image = Some("redis:7.0.15-fixed".into());
+    c.spec.redis.image = Some("redis:7.0.15-fixed".into());
     let retried = plan(&c, &healthy_cluster(), Ok(()), None, now());
     assert_eq!(retried.status.expect("started").to_image, "redis:7.0.15-fixed");
 }
