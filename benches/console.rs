@@ -13,6 +13,7 @@
 #[path = "../tests/common/mod.rs"]
 mod common;
 
+use slotkeeper_api::API_VERSION;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -195,7 +196,7 @@ fn main() {
         println!("phase 1: the operator without the console");
         let quiet = start_operator_with(env, "bench-no-console", &[("SLOTKEEPER_CONSOLE", "false")]);
         // A paused cluster whose status the bench changes by hand: the operator leaves a paused cluster's phase alone.
-        let probe = format!("---\napiVersion: slotkeeper.io/v1alpha1\nkind: RedisCluster\nmetadata: {{name: probe, namespace: {ns}}}\nspec: {{masters: 3, version: 7.0.15, paused: true}}\n");
+        let probe = format!("---\napiVersion: {API_VERSION}\nkind: RedisCluster\nmetadata: {{name: probe, namespace: {ns}}}\nspec: {{masters: 3, redis: {{version: 7.0.15}}, paused: true}}\n");
         let took = create_clusters(env, &ns, CLUSTERS, &probe).await;
         let api: Api<RedisCluster> = Api::namespaced(client.clone(), &ns);
         println!("  {CLUSTERS} clusters Running after {:.0}s", took.as_secs_f64());

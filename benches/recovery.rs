@@ -16,6 +16,7 @@
 #[path = "../tests/common/mod.rs"]
 mod common;
 
+use slotkeeper_api::API_VERSION;
 use std::time::{Duration, Instant};
 
 use common::operator::*;
@@ -42,7 +43,7 @@ fn main() {
         let ns = namespace(&kube, "bench-recovery").await;
         let clusters: Api<RedisCluster> = Api::namespaced(kube.clone(), &ns);
         let operations: Api<RedisOperation> = Api::namespaced(kube.clone(), &ns);
-        apply_cluster_spec(env, &ns, "gap", "masters: 3, replicasPerMaster: 2, version: 7.0.15, storage: {size: 1Gi}");
+        apply_cluster_spec(env, &ns, "gap", "masters: 3, replicasPerMaster: 2, redis: {version: 7.0.15}, storage: {size: 1Gi}");
         let cluster = wait_settled(&clusters, "gap", 3, 9, Duration::from_secs(180)).await;
         let password = password(&kube, &ns, "gap").await;
         let mut client = ClusterClient::new(node_ips(&cluster), &password).await;
@@ -59,7 +60,7 @@ fn main() {
             let slots = slots_in(&cluster.status.as_ref().unwrap().nodes.iter().find(|n| n.pod == master).unwrap().slots);
             let since = Instant::now();
             let name = format!("gap-{round}");
-            let op = format!("apiVersion: slotkeeper.io/v1alpha1\nkind: RedisOperation\nmetadata: {{name: {name}, namespace: {ns}}}\nspec: {{cluster: gap, type: Failover, failover: {{shard: 0}}}}\n");
+            let op = format!("apiVersion: {API_VERSION}\nkind: RedisOperation\nmetadata: {{name: {name}, namespace: {ns}}}\nspec: {{clusterName: gap, type: Failover, failover: {{shard: 0}}}}\n");
             let (ok, out) = kubectl(env, &["apply", "-f", "-"], Some(&op));
             assert!(ok, "{out}");
             wait_until("failover succeeded", Duration::from_secs(60), || async {

@@ -18,6 +18,7 @@
 #[path = "../tests/common/mod.rs"]
 mod common;
 
+use slotkeeper_api::API_VERSION;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -32,7 +33,7 @@ use kube::Api;
 use kube::api::{ListParams, Patch, PatchParams};
 use slotkeeper_operator::api::{OperationPhase, RedisCluster, RedisOperation};
 
-const SPEC: &str = "masters: 3, replicasPerMaster: 1, storage: {size: 1Gi}, upgrade: {canaryBakeSeconds: 0}";
+const SPEC: &str = "masters: 3, replicasPerMaster: 1, storage: {size: 1Gi}, rollout: {canaryBakeSeconds: 0}";
 const KEYS: usize = 100_000;
 
 /// `sync_full` of every server process seen (keyed by `run_id`), sampled
@@ -105,7 +106,7 @@ async fn prepare(
     ns: &str,
 ) -> (RedisCluster, String, Vec<String>) {
     let clusters: Api<RedisCluster> = Api::namespaced(kube.clone(), ns);
-    apply_cluster_spec(env, ns, "c", &format!("{SPEC}, version: 7.0.15"));
+    apply_cluster_spec(env, ns, "c", &format!("{SPEC}, redis: {{version: 7.0.15}}"));
     let cluster = wait_settled(&clusters, "c", 3, 6, Duration::from_secs(300)).await;
     let password = password(kube, ns, "c").await;
     let seeds = ClusterClient::new(node_ips(&cluster), &password).await.seed("seed", KEYS).await;
@@ -170,7 +171,7 @@ fn main() {
         let operations: Api<RedisOperation> = Api::namespaced(kube.clone(), &ns_sk);
         let clusters: Api<RedisCluster> = Api::namespaced(kube.clone(), &ns_sk);
         let failover = measure(&kube, &ns_sk, &sk, &sk_password, &sk_seeds, || async {
-            let op = format!("apiVersion: slotkeeper.io/v1alpha1\nkind: RedisOperation\nmetadata: {{name: reference, namespace: {ns_sk}}}\nspec: {{cluster: c, type: Failover, failover: {{shard: 0}}}}\n");
+            let op = format!("apiVersion: {API_VERSION}\nkind: RedisOperation\nmetadata: {{name: reference, namespace: {ns_sk}}}\nspec: {{clusterName: c, type: Failover, failover: {{shard: 0}}}}\n");
             let (ok, out) = kubectl(env, &["apply", "-f", "-"], Some(&op));
             assert!(ok, "{out}");
             wait_until("the reference failover", Duration::from_secs(60), || async {
@@ -182,7 +183,7 @@ fn main() {
         let sk = wait_settled(&clusters, "c", 3, 6, Duration::from_secs(60)).await;
 
         let slotkeeper = measure(&kube, &ns_sk, &sk, &sk_password, &sk_seeds, || async {
-            apply_cluster_spec(env, &ns_sk, "c", &format!("{SPEC}, engine: valkey, version: 8.1.8"));
+            apply_cluster_spec(env, &ns_sk, "c", &format!("{SPEC}, redis: {{engine: valkey, version: 8.1.8}}"));
             wait_rolled_out(&clusters, "c", "valkey", "8.1.8").await;
         })
         .await;

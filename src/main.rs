@@ -14,6 +14,8 @@ use slotkeeper_operator::leader::LeaderElector;
 use slotkeeper_operator::metrics::{CountRequestsLayer, Metrics};
 use slotkeeper_operator::sampler::Sampler;
 use slotkeeper_operator::server::{self, ServerState};
+use slotkeeper_operator::webhook::certs::Lifetimes;
+use slotkeeper_operator::webhook::{Endpoint, Keeper, WebhookConfig};
 
 #[derive(Parser)]
 #[command(name = "slotkeeper", version, about = "Kubernetes operator for Redis Cluster")]
@@ -25,7 +27,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Run the operator (and its console).
-    Run(RunArgs),
+    Run(Box<RunArgs>),
     /// Print the CustomResourceDefinitions as YAML (what deploy/crds holds).
     Crd,
 }
@@ -55,6 +57,62 @@ struct RunArgs {
     /// The operator's own namespace: the leader Lease and the console's session key live here.
     #[arg(long, env = "POD_NAMESPACE", default_value = "slotkeeper-system")]
     leader_election_namespace: String,
+    #[command(flatten)]
+    webhook: WebhookArgs,
+}
+
+/// The conversion webhook (every replica serves it).
+#[derive(clap::Args)]
+struct WebhookArgs {
+    /// Where the conversion webhook is served over HTTPS.
+    #[arg(long, default_value = "0.0.0.0:9443", env = "SLOTKEEPER_WEBHOOK_ADDR")]
+    webhook_addr: std::net::SocketAddr,
+    /// The Service in the operator's namespace that the CRDs send conversions to (port 443).
+    #[arg(long, default_value = "slotkeeper-webhook")]
+    webhook_service: String,
+    /// Point the CRDs at this https:// URL instead of the Service (where the
+    /// apiserver cannot route to a Service, as in the local environment).
+    #[arg(long, env = "SLOTKEEPER_WEBHOOK_URL")]
+    webhook_url: Option<String>,
+    /// The Secret in the operator's namespace holding the webhook's CA and certificate.
+    #[arg(long, default_value = "slotkeeper-webhook-tls")]
+    webhook_secret: String,
+    /// Lifetime of a new webhook CA, in seconds (default one year).
+    #[arg(long, default_value_t = 365 * 24 * 3600)]
+    webhook_ca_lifetime_seconds: u64,
+    /// Lifetime of a new serving certificate, in seconds (default 90 days);
+    /// each is renewed when a third of it is left.
+    #[arg(long, default_value_t = 90 * 24 * 3600)]
+    webhook_cert_lifetime_seconds: u64,
+    /// How often each replica re-reads the webhook Secret, in seconds.
+    #[arg(long, default_value_t = 10)]
+    webhook_reload_seconds: u64,
+}
+
+impl WebhookArgs {
+    fn config(&self, namespace: &str) -> anyhow::Result<WebhookConfig> {
+        let endpoint = match &self.webhook_url {
+            Some(url) => Endpoint::url(url).map_err(anyhow::Error::msg)?,
+            None => Endpoint::Service { namespace: namespace.into(), name: self.webhook_service.clone(), port: 443 },
+        };
+        let seconds = std::time::Duration::from_secs;
+        anyhow::ensure!(
+            self.webhook_cert_lifetime_seconds >= 30
+                && self.webhook_ca_lifetime_seconds >= self.webhook_cert_lifetime_seconds,
+            "--webhook-cert-lifetime-seconds must be at least 30 and at most --webhook-ca-lifetime-seconds"
+        );
+        Ok(WebhookConfig {
+            listen: self.webhook_addr,
+            endpoint,
+            secret_namespace: namespace.into(),
+            secret_name: self.webhook_secret.clone(),
+            lifetimes: Lifetimes {
+                ca: seconds(self.webhook_ca_lifetime_seconds),
+                serving: seconds(self.webhook_cert_lifetime_seconds),
+            },
+            reload_every: seconds(self.webhook_reload_seconds.max(1)),
+        })
+    }
 }
 
 /// Serves `app` on a runtime of its own, one worker thread: however busy the
@@ -90,7 +148,7 @@ fn main() -> anyhow::Result<()> {
             print!("{}", slotkeeper_api::crds_yaml());
             Ok(())
         }
-        Command::Run(args) => tokio::runtime::Runtime::new()?.block_on(run(args)),
+        Command::Run(args) => tokio::runtime::Runtime::new()?.block_on(run(*args)),
     }
 }
 
@@ -111,6 +169,12 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     let metrics = Arc::new(Metrics::default());
     let client =
         kube::client::ClientBuilder::try_from(config.clone())?.with_layer(&CountRequestsLayer(metrics.clone())).build();
+    // First, before any cache: the apiserver may need conversions to list
+    // what the caches are about to watch.
+    let webhook_config = args.webhook.config(&args.leader_election_namespace)?;
+    let keeper = Keeper::start(client.clone(), webhook_config).await?;
+    let mut webhook = tokio::spawn(keeper.clone().serve());
+    tokio::spawn(keeper.clone().follow());
     let namespace = args.namespace.as_deref();
     // Fed on every replica: a standby serves the console too.
     let (readmodel, publisher) = slotkeeper_readmodel::start(client.clone(), namespace);
@@ -132,6 +196,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     let ctx = Arc::new(Context::new(client.clone(), args.instance.clone(), metrics, caches, publisher.clone()));
     if !args.leader_elect {
         ready.store(true, Ordering::Relaxed);
+        tokio::spawn(keeper.lead());
         controller::run(ctx, triggers, namespace).await;
         tracing::info!("slotkeeper operator stopped");
         return Ok(());
@@ -145,9 +210,11 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         _ = sampler.run() => {}
         _ = tokio::signal::ctrl_c() => return Ok(()),
         result = &mut server => anyhow::bail!("HTTP server stopped: {result:?}"),
+        result = &mut webhook => anyhow::bail!("conversion webhook stopped: {result:?}"),
     }
     // Leading now: reconciles publish what they observe; the sampler stops.
     drop(sampler);
+    tokio::spawn(keeper.lead());
     tokio::select! {
         _ = controller::run(ctx, triggers, namespace) => {
             tracing::info!("slotkeeper operator stopped");

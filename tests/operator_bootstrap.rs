@@ -85,7 +85,7 @@ async fn redis_6_2_cluster_forms_and_reports_its_version() {
     shared_operator(env);
     let client = env.client().await.unwrap();
     let ns = namespace(&client, "old-redis").await;
-    apply_cluster_spec(env, &ns, "legacy", "masters: 3, replicasPerMaster: 0, version: 6.2.14");
+    apply_cluster_spec(env, &ns, "legacy", "masters: 3, replicasPerMaster: 0, redis: {version: 6.2.14}");
     let api: Api<RedisCluster> = Api::namespaced(client.clone(), &ns);
     let cluster = wait_running(&api, "legacy", Duration::from_secs(120)).await;
     let status = cluster.status.unwrap();

@@ -21,7 +21,12 @@ async fn crash_at_each_bootstrap_step_then_restart_converges() {
     {
         let ns = namespace(&client, &format!("crash-{point}")).await;
         let mut crashing = start_operator_with(env, "crash-test", &[(failpoint::ENV, point)]);
-        apply_cluster_spec(env, &ns, "phoenix", &format!("masters: 3, replicasPerMaster: 1, version: {version}"));
+        apply_cluster_spec(
+            env,
+            &ns,
+            "phoenix",
+            &format!("masters: 3, replicasPerMaster: 1, redis: {{version: {version}}}"),
+        );
         let exit = wait_until(&format!("the operator to crash at {point}"), Duration::from_secs(120), || {
             let status = crashing.process.exit_status();
             async move { status }

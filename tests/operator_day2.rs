@@ -108,8 +108,9 @@ async fn scale_in_is_refused_when_the_data_would_not_fit() {
     let kube = env.client().await.unwrap();
     let ns = namespace(&kube, "day2-refuse").await;
     let api: Api<RedisCluster> = Api::namespaced(kube.clone(), &ns);
-    let spec =
-        |masters: i32| format!("masters: {masters}, replicasPerMaster: 0, version: 7.0.15, config: {{maxmemory: 8mb}}");
+    let spec = |masters: i32| {
+        format!("masters: {masters}, replicasPerMaster: 0, redis: {{version: 7.0.15, config: {{maxmemory: 8mb}}}}")
+    };
     apply_cluster_spec(env, &ns, "tight", &spec(4));
     let cluster = wait_settled(&api, "tight", 4, 4, Duration::from_secs(180)).await;
     let password = password(&kube, &ns, "tight").await;

@@ -4,6 +4,7 @@
 
 mod common;
 
+use slotkeeper_api::API_VERSION;
 use std::time::Duration;
 
 use common::operator::*;
@@ -15,7 +16,7 @@ use slotkeeper_operator::api::{OperationPhase, RedisCluster, RedisOperation};
 
 fn operation(ns: &str, name: &str, cluster: &str, failover: &str) -> String {
     format!(
-        "apiVersion: slotkeeper.io/v1alpha1\nkind: RedisOperation\nmetadata: {{name: {name}, namespace: {ns}}}\nspec: {{cluster: {cluster}, type: Failover, failover: {failover}}}\n"
+        "apiVersion: {API_VERSION}\nkind: RedisOperation\nmetadata: {{name: {name}, namespace: {ns}}}\nspec: {{clusterName: {cluster}, type: Failover, failover: {failover}}}\n"
     )
 }
 
@@ -117,7 +118,7 @@ async fn invalid_operations_fail_with_a_clear_message_and_change_nothing() {
         (
             "ghost",
             operation(&ns, "ghost", "nowhere", "{shard: 0}"),
-            "spec.cluster_name: RedisCluster nowhere does not exist",
+            "spec.clusterName: RedisCluster nowhere does not exist",
         ),
         ("no-replica", operation(&ns, "no-replica", "solo", "{shard: 1}"), "shard 1 has no replica to promote"),
         (
@@ -167,7 +168,7 @@ async fn invalid_operations_fail_with_a_clear_message_and_change_nothing() {
     // The spec is immutable once created.
     let (ok, out) = kubectl(
         env,
-        &["patch", "rdo", "first", "-n", &ns, "--type=merge", "-p", r#"{"spec":{"cluster":"solo"}}"#],
+        &["patch", "rdo", "first", "-n", &ns, "--type=merge", "-p", r#"{"spec":{"clusterName":"solo"}}"#],
         None,
     );
     assert!(!ok && out.contains("immutable"), "{out}");

@@ -65,7 +65,12 @@ async fn the_cluster_heals_from_crashes_deletions_lost_nodes_and_freezes() {
     let ns = namespace(&kube, "healing").await;
     let api: Api<RedisCluster> = Api::namespaced(kube.clone(), &ns);
     let pods: Api<Pod> = Api::namespaced(kube.clone(), &ns);
-    apply_cluster_spec(env, &ns, "sturdy", "masters: 3, replicasPerMaster: 1, version: 7.0.15, storage: {size: 1Gi}");
+    apply_cluster_spec(
+        env,
+        &ns,
+        "sturdy",
+        "masters: 3, replicasPerMaster: 1, redis: {version: 7.0.15}, storage: {size: 1Gi}",
+    );
     let cluster = wait_settled(&api, "sturdy", 3, 6, Duration::from_secs(180)).await;
     let password = password(&kube, &ns, "sturdy").await;
     let mut client = ClusterClient::new(node_ips(&api.get("sturdy").await.unwrap()), &password).await;

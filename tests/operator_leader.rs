@@ -28,7 +28,7 @@ async fn only_the_leader_acts_and_killing_it_hands_over() {
     .await;
     let mut second = start_operator(env, "replica-b");
     let ns = namespace(&client, "leader").await;
-    apply_cluster_spec(env, &ns, "before", "masters: 3, version: 7.0.15");
+    apply_cluster_spec(env, &ns, "before", "masters: 3, redis: {version: 7.0.15}");
     let api: Api<RedisCluster> = Api::namespaced(client.clone(), &ns);
     wait_running(&api, "before", Duration::from_secs(120)).await;
     assert_eq!(holder(&leases).await.as_deref(), Some("replica-a"), "the standby did not take the lease");
@@ -45,7 +45,7 @@ async fn only_the_leader_acts_and_killing_it_hands_over() {
     .await;
     eprintln!("leadership handed over {:.1}s after the leader was killed", took.as_secs_f64());
     assert!(took <= LEASE_DURATION + RENEW_PERIOD, "hand-over took {took:?}");
-    apply_cluster_spec(env, &ns, "after", "masters: 3, version: 7.0.15");
+    apply_cluster_spec(env, &ns, "after", "masters: 3, redis: {version: 7.0.15}");
     wait_running(&api, "after", Duration::from_secs(120)).await;
     assert!(second.process.exit_status().is_none(), "the new leader keeps running");
 }

@@ -81,7 +81,7 @@ async fn paused_cluster_is_left_alone_and_says_so() {
     shared_operator(env);
     let client = env.client().await.unwrap();
     let ns = namespace(&client, "paused").await;
-    apply_cluster_spec(env, &ns, "frozen", "masters: 3, replicasPerMaster: 1, version: 7.0.15, paused: true");
+    apply_cluster_spec(env, &ns, "frozen", "masters: 3, replicasPerMaster: 1, redis: {version: 7.0.15}, paused: true");
     let api: Api<RedisCluster> = Api::namespaced(client.clone(), &ns);
     let cluster = wait_until("paused condition", Duration::from_secs(30), || async {
         let c = api.get("frozen").await.ok()?;
@@ -105,12 +105,17 @@ async fn deleting_a_cluster_removes_everything_but_kept_volumes() {
     let operator = shared_operator(env);
     let client = env.client().await.unwrap();
     let ns = namespace(&client, "deletion").await;
-    apply_cluster_spec(env, &ns, "gone", "masters: 3, replicasPerMaster: 1, version: 7.0.15, storage: {size: 64Mi}");
+    apply_cluster_spec(
+        env,
+        &ns,
+        "gone",
+        "masters: 3, replicasPerMaster: 1, redis: {version: 7.0.15}, storage: {size: 64Mi}",
+    );
     apply_cluster_spec(
         env,
         &ns,
         "kept",
-        "masters: 3, replicasPerMaster: 1, version: 7.0.15, storage: {size: 64Mi, keepOnDelete: true}",
+        "masters: 3, replicasPerMaster: 1, redis: {version: 7.0.15}, storage: {size: 64Mi, keepOnDelete: true}",
     );
     let api: Api<RedisCluster> = Api::namespaced(client.clone(), &ns);
     wait_running(&api, "gone", Duration::from_secs(120)).await;

@@ -7,6 +7,7 @@
 
 mod common;
 
+use slotkeeper_api::API_VERSION;
 use std::collections::BTreeSet;
 use std::time::Duration;
 
@@ -25,8 +26,8 @@ async fn redis_6_2_to_valkey_8_1_in_two_rollouts_with_nothing_lost_and_a_pause_h
     let env = shared_env();
     let operator = shared_operator(env);
     let kube = env.client().await.unwrap();
-    let base = "masters: 3, replicasPerMaster: 1, storage: {size: 1Gi}, upgrade: {canaryBakeSeconds: 3}";
-    let spec = format!("{base}, version: 6.2.14");
+    let base = "masters: 3, replicasPerMaster: 1, storage: {size: 1Gi}, rollout: {canaryBakeSeconds: 3}";
+    let spec = format!("{base}, redis: {{version: 6.2.14}}");
     let Seeded { ns, clusters, pods, cluster, password, seeds } =
         seeded_cluster(env, &kube, "rollout", "roll", &spec, 6, 100_000).await;
     assert_every_node_runs(&cluster, &password, "redis", "6.2.14").await;
@@ -36,7 +37,7 @@ async fn redis_6_2_to_valkey_8_1_in_two_rollouts_with_nothing_lost_and_a_pause_h
     tokio::time::sleep(Duration::from_secs(1)).await;
 
     // One spec change, two hops: 6.2.14 → 7.0.15, then 7.0.15 → valkey 8.1.8.
-    apply_cluster_spec(env, &ns, "roll", &format!("{base}, engine: valkey, version: 8.1.8"));
+    apply_cluster_spec(env, &ns, "roll", &format!("{base}, redis: {{engine: valkey, version: 8.1.8}}"));
     let upgrading = wait_until("the rollout started", Duration::from_secs(60), || async {
         let c = clusters.get("roll").await.ok()?;
         let up = c.status.as_ref()?.upgrade.clone()?;
@@ -133,7 +134,7 @@ async fn redis_6_2_to_valkey_8_1_in_two_rollouts_with_nothing_lost_and_a_pause_h
     );
 
     // Back to redis 7.0.15 after the point of no return: refused, nothing changes.
-    apply_cluster_spec(env, &ns, "roll", &format!("{base}, engine: redis, version: 7.0.15"));
+    apply_cluster_spec(env, &ns, "roll", &format!("{base}, redis: {{engine: redis, version: 7.0.15}}"));
     let refused = wait_until("the downgrade refused", Duration::from_secs(60), || async {
         let c = clusters.get("roll").await.ok()?;
         let degraded = condition(&c, "Degraded")?.clone();
@@ -155,12 +156,12 @@ async fn a_shard_without_replicas_is_upgraded_with_a_surge_replica() {
     let env = shared_env();
     let _operator = shared_operator(env);
     let kube = env.client().await.unwrap();
-    let base = "masters: 3, replicasPerMaster: 0, storage: {size: 1Gi}, upgrade: {canaryBakeSeconds: 0}";
-    let spec = format!("{base}, version: 7.0.15");
+    let base = "masters: 3, replicasPerMaster: 0, storage: {size: 1Gi}, rollout: {canaryBakeSeconds: 0}";
+    let spec = format!("{base}, redis: {{version: 7.0.15}}");
     let Seeded { ns, clusters, pods, password, seeds, .. } =
         seeded_cluster(env, &kube, "rollout-surge", "lone", &spec, 3, 30_000).await;
     let poller = Poller::start(pods.clone(), "lone", &password, 3).await;
-    apply_cluster_spec(env, &ns, "lone", &format!("{base}, engine: valkey, version: 8.1.8"));
+    apply_cluster_spec(env, &ns, "lone", &format!("{base}, redis: {{engine: valkey, version: 8.1.8}}"));
     let done = wait_rolled_out(&clusters, "lone", "valkey", "8.1.8").await;
     let (samples, gaps, made) = poller.stop().await;
     assert!(gaps.is_empty(), "a shard without a reachable master: {:?}", &gaps[..gaps.len().min(10)]);
@@ -180,13 +181,18 @@ async fn a_canary_that_cannot_run_is_rolled_back_and_not_retried() {
     let env = shared_env();
     let _operator = shared_operator(env);
     let kube = env.client().await.unwrap();
-    let base = "masters: 3, replicasPerMaster: 1, upgrade: {canaryBakeSeconds: 0, stepTimeoutSeconds: 60}";
-    let spec = format!("{base}, version: 6.2.14");
+    let base = "masters: 3, replicasPerMaster: 1, rollout: {canaryBakeSeconds: 0, stepTimeoutSeconds: 60}";
+    let spec = format!("{base}, redis: {{version: 6.2.14}}");
     let Seeded { ns, clusters, pods, cluster, password, seeds } =
         seeded_cluster(env, &kube, "rollout-back", "back", &spec, 6, 20_000).await;
     let writer = Writer::start(node_ips(&cluster), &password, "ack").await;
     let follower = follow_pods(&writer, pods.clone(), "back");
-    apply_cluster_spec(env, &ns, "back", &format!("{base}, version: 7.0.15, image: 'slotkeeper.test/exits-at-once:1'"));
+    apply_cluster_spec(
+        env,
+        &ns,
+        "back",
+        &format!("{base}, redis: {{version: 7.0.15, image: 'slotkeeper.test/exits-at-once:1'}}"),
+    );
     let rolled_back = wait_until("the rollout rolled back", Duration::from_secs(300), || async {
         let c = clusters.get("back").await.ok()?;
         let ready = condition(&c, "Ready")?;
@@ -245,7 +251,7 @@ async fn a_rolling_restart_recreates_every_pod_once_with_nothing_lost() {
     let env = shared_env();
     let _operator = shared_operator(env);
     let kube = env.client().await.unwrap();
-    let spec = "masters: 3, replicasPerMaster: 1, version: 7.0.15, upgrade: {canaryBakeSeconds: 0}";
+    let spec = "masters: 3, replicasPerMaster: 1, redis: {version: 7.0.15}, rollout: {canaryBakeSeconds: 0}";
     let Seeded { ns, clusters, pods, cluster, password, seeds } =
         seeded_cluster(env, &kube, "rollout-restart", "again", spec, 6, 20_000).await;
     let operations: Api<slotkeeper_operator::api::RedisOperation> = Api::namespaced(kube.clone(), &ns);
@@ -254,7 +260,7 @@ async fn a_rolling_restart_recreates_every_pod_once_with_nothing_lost() {
     let poller = Poller::start(pods.clone(), "again", &password, 3).await;
     tokio::time::sleep(Duration::from_secs(1)).await;
     let op = format!(
-        "apiVersion: slotkeeper.io/v1alpha1\nkind: RedisOperation\nmetadata: {{name: restart, namespace: {ns}}}\nspec: {{cluster: again, type: RollingRestart}}\n"
+        "apiVersion: {API_VERSION}\nkind: RedisOperation\nmetadata: {{name: restart, namespace: {ns}}}\nspec: {{clusterName: again, type: RollingRestart}}\n"
     );
     let (ok, out) = kubectl(env, &["apply", "-f", "-"], Some(&op));
     assert!(ok, "{out}");
@@ -292,14 +298,15 @@ async fn a_rollout_cancelled_after_a_replica_saved_in_valkeys_format_goes_back_w
     let env = shared_env();
     let _operator = shared_operator(env);
     let kube = env.client().await.unwrap();
-    let base = "masters: 3, replicasPerMaster: 1, storage: {size: 1Gi}, upgrade: {canaryBakeSeconds: 0}";
+    let base = "masters: 3, replicasPerMaster: 1, storage: {size: 1Gi}, rollout: {canaryBakeSeconds: 0}";
     let Seeded { ns, clusters, pods, cluster, password, seeds } =
-        seeded_cluster(env, &kube, "rollout-cancel", "undo", &format!("{base}, version: 7.0.15"), 6, 20_000).await;
+        seeded_cluster(env, &kube, "rollout-cancel", "undo", &format!("{base}, redis: {{version: 7.0.15}}"), 6, 20_000)
+            .await;
     let claims: Api<k8s_openapi::api::core::v1::PersistentVolumeClaim> = Api::namespaced(kube.clone(), &ns);
     let claim_before = claims.get("data-undo-shard-0-1").await.unwrap().uid().unwrap();
     let writer = Writer::start(node_ips(&cluster), &password, "ack").await;
     let follower = follow_pods(&writer, pods.clone(), "undo");
-    apply_cluster_spec(env, &ns, "undo", &format!("{base}, engine: valkey, version: 8.1.8"));
+    apply_cluster_spec(env, &ns, "undo", &format!("{base}, redis: {{engine: valkey, version: 8.1.8}}"));
 
     // Held right after the canary's replica was recreated on valkey 8.1.8.
     wait_until("the canary's replica recreated", Duration::from_secs(180), || async {
@@ -337,7 +344,7 @@ async fn a_rollout_cancelled_after_a_replica_saved_in_valkeys_format_goes_back_w
     .await;
 
     // Back to 7.0.15 before the point of no return: the rollout is cancelled.
-    apply_cluster_spec(env, &ns, "undo", &format!("{base}, version: 7.0.15, paused: false"));
+    apply_cluster_spec(env, &ns, "undo", &format!("{base}, redis: {{version: 7.0.15}}, paused: false"));
     let back = wait_until("every node back on redis 7.0.15", Duration::from_secs(300), || async {
         let c = clusters.get("undo").await.ok()?;
         let status = c.status.as_ref()?;

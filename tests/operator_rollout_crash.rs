@@ -19,10 +19,10 @@ async fn a_rollout_resumes_after_the_operator_crashes_at_any_step() {
     let kube = env.client().await.unwrap();
     let after_recreate_mid_shard = format!("{}:3", failpoint::AFTER_RECREATE);
     for point in [failpoint::AFTER_RECREATE, failpoint::AFTER_FAILOVER, after_recreate_mid_shard.as_str()] {
-        let base = "masters: 3, replicasPerMaster: 1, upgrade: {canaryBakeSeconds: 0}";
+        let base = "masters: 3, replicasPerMaster: 1, rollout: {canaryBakeSeconds: 0}";
         let setup = start_operator(env, "rollout-crash");
         let namespace = format!("roll-crash-{}", point.replace(':', "-"));
-        let spec = format!("{base}, version: 6.2.14");
+        let spec = format!("{base}, redis: {{version: 6.2.14}}");
         let Seeded { ns, clusters, pods, cluster, password, seeds } =
             seeded_cluster(env, &kube, &namespace, "phoenix", &spec, 6, 20_000).await;
         drop(setup);
@@ -31,7 +31,7 @@ async fn a_rollout_resumes_after_the_operator_crashes_at_any_step() {
         let poller = Poller::start(pods.clone(), "phoenix", &password, 3).await;
 
         let mut crashing = start_operator_with(env, "rollout-crash", &[(failpoint::ENV, point)]);
-        apply_cluster_spec(env, &ns, "phoenix", &format!("{base}, version: 7.0.15"));
+        apply_cluster_spec(env, &ns, "phoenix", &format!("{base}, redis: {{version: 7.0.15}}"));
         let exit = wait_until(&format!("the operator to crash at {point}"), Duration::from_secs(240), || {
             let status = crashing.process.exit_status();
             async move { status }

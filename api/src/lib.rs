@@ -19,7 +19,9 @@ pub mod v1alpha1;
 pub use cluster::*;
 pub use operation::*;
 
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
+    CustomResourceConversion, CustomResourceDefinition, ServiceReference, WebhookClientConfig, WebhookConversion,
+};
 use kube::CustomResourceExt as _;
 
 /// A server-side-apply patch setting the status of a `K`: its apiVersion
@@ -27,6 +29,12 @@ use kube::CustomResourceExt as _;
 pub fn status_patch<K: kube::Resource<DynamicType = ()>>(status: &impl serde::Serialize) -> serde_json::Value {
     serde_json::json!({ "apiVersion": K::api_version(&()), "kind": K::kind(&()), "status": status })
 }
+
+/// The API group of every kind Slotkeeper serves.
+pub const GROUP: &str = "slotkeeper.io";
+/// The API version the operator works in and stores (for manifests written
+/// as text; a test keeps it equal to the derived types').
+pub const API_VERSION: &str = "slotkeeper.io/v1";
 
 /// Where the generated CRD lives in the repository.
 pub const CRD_PATH: &str = "deploy/crds/slotkeeper.io.yaml";
@@ -36,13 +44,33 @@ pub const CRD_PATH: &str = "deploy/crds/slotkeeper.io.yaml";
 pub fn crds() -> Vec<CustomResourceDefinition> {
     let both = |old: CustomResourceDefinition, new: CustomResourceDefinition| {
         let storage = new.spec.versions[0].name.clone();
-        kube::core::crd::merge_crds(vec![old, new], &storage)
-            .expect("both versions of a kind share group, names and scope")
+        let mut crd = kube::core::crd::merge_crds(vec![old, new], &storage)
+            .expect("both versions of a kind share group, names and scope");
+        crd.spec.conversion = Some(webhook_conversion());
+        crd
     };
     vec![
         both(v1alpha1::RedisCluster::crd(), RedisCluster::crd()),
         both(v1alpha1::RedisOperation::crd(), RedisOperation::crd()),
     ]
+}
+
+fn webhook_conversion() -> CustomResourceConversion {
+    CustomResourceConversion {
+        strategy: "Webhook".into(),
+        webhook: Some(WebhookConversion {
+            conversion_review_versions: vec!["v1".into()],
+            client_config: Some(WebhookClientConfig {
+                service: Some(ServiceReference {
+                    namespace: names::WEBHOOK_NAMESPACE.into(),
+                    name: names::WEBHOOK_SERVICE.into(),
+                    path: Some(names::WEBHOOK_PATH.into()),
+                    port: Some(443),
+                }),
+                ..Default::default()
+            }),
+        }),
+    }
 }
 
 /// Every CRD the operator serves, as the YAML committed in `deploy/crds/`.
@@ -65,6 +93,15 @@ mod tests {
             committed == crds_yaml(),
             "{CRD_PATH} is out of date with the Rust types: run `cargo run -- crd > {CRD_PATH}`"
         );
+    }
+
+    #[test]
+    fn the_api_version_constants_are_the_types_own() {
+        use kube::Resource as _;
+        assert_eq!(API_VERSION, RedisCluster::api_version(&()));
+        assert_eq!(API_VERSION, RedisOperation::api_version(&()));
+        assert_eq!(v1alpha1::API_VERSION, v1alpha1::RedisCluster::api_version(&()));
+        assert_eq!(GROUP, RedisCluster::group(&()));
     }
 
     #[test]

@@ -2,6 +2,12 @@
 
 pub const FIELD_MANAGER: &str = "slotkeeper";
 
+/// The conversion webhook, as `deploy/` addresses it: a Service in the
+/// operator's namespace, this path.
+pub const WEBHOOK_NAMESPACE: &str = "slotkeeper-system";
+pub const WEBHOOK_SERVICE: &str = "slotkeeper-webhook";
+pub const WEBHOOK_PATH: &str = "/convert";
+
 pub const LABEL_CLUSTER: &str = "slotkeeper.io/cluster";
 pub const LABEL_SHARD: &str = "slotkeeper.io/shard";
 pub const LABEL_MANAGED_BY: &str = "app.kubernetes.io/managed-by";

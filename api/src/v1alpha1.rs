@@ -14,6 +14,9 @@ use crate::cluster::{AuthSpec, RedisClusterStatus, SchedulingSpec, StorageSpec};
 use crate::operation::{FailoverSpec, OperationType, RedisOperationStatus};
 use crate::rollout::UpgradeSpec;
 
+/// This version, for manifests written as text.
+pub const API_VERSION: &str = "slotkeeper.io/v1alpha1";
+
 /// The CEL rule that `spec.engine` and `spec.version` name a catalog entry;
 /// a test keeps it equal to [`crate::catalog::cel_rule`].
 pub(crate) const CATALOG_RULE: &str = "(self.engine == 'redis' && self.version in ['6.2.14', '7.0.15']) || (self.engine == 'valkey' && self.version in ['8.1.8'])";

@@ -146,10 +146,19 @@ pub fn bind(env: &Environment, ns: &str, user: &str, role: &str) {
     assert!(ok, "bind {user} to {role} in {ns}: {out}");
 }
 
-/// Installs the generated CRDs from deploy/crds and waits until they are served.
+/// The port every operator of this test binary serves its conversion webhook
+/// on (they share it, as replicas share a Service).
+pub fn webhook_port() -> u16 {
+    static PORT: std::sync::OnceLock<u16> = std::sync::OnceLock::new();
+    *PORT.get_or_init(|| slotkeeper_env::control_plane::free_port().expect("a free port"))
+}
+
+/// Installs the generated CRDs from deploy/crds, their conversion webhook at
+/// this binary's operators, and waits until they are served.
 pub fn install_crds(env: &Environment) {
-    let path = tools::repo_root().join("deploy/crds");
-    let (ok, out) = kubectl(env, &["apply", "--server-side", "-f", path.to_str().unwrap()], None);
+    let url = slotkeeper_env::crds::webhook_url(webhook_port());
+    let crds = slotkeeper_env::crds::with_webhook_url(&tools::repo_root(), &url).expect("deploy/crds reads");
+    let (ok, out) = kubectl(env, &["apply", "--server-side", "-f", "-"], Some(&crds));
     assert!(ok, "kubectl apply of deploy/crds failed: {out}");
     let (ok, out) = kubectl(
         env,

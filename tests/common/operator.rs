@@ -1,6 +1,7 @@
 //! Running the operator in end-to-end tests: as its ServiceAccount, with
 //! exactly the RBAC in deploy/.
 
+use slotkeeper_api::API_VERSION;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Secret;
@@ -56,7 +57,9 @@ pub fn start_operator_with(env: &Environment, instance: &str, vars: &[(&str, &st
         ProcessSpec::new("slotkeeper", env!("CARGO_BIN_EXE_slotkeeper"), dir.join(format!("{instance}.log")))
             .args(["run", "--log-format", "json", "--instance", instance, "--kubeconfig"])
             .arg(&kubeconfig)
-            .arg(format!("--http-addr=127.0.0.1:{http_port}"));
+            .arg(format!("--http-addr=127.0.0.1:{http_port}"))
+            .arg(format!("--webhook-addr=127.0.0.1:{}", webhook_port()))
+            .arg(format!("--webhook-url={}", slotkeeper_env::crds::webhook_url(webhook_port())));
     // SLOTKEEPER_TEST_LOG=<filter> makes the operators of a test run verbose.
     if let Ok(filter) = std::env::var("SLOTKEEPER_TEST_LOG") {
         spec = spec.env("RUST_LOG", &filter);
@@ -65,7 +68,25 @@ pub fn start_operator_with(env: &Environment, instance: &str, vars: &[(&str, &st
         spec = spec.env(*key, *value);
     }
     let process = ManagedProcess::spawn(spec).expect("the operator starts");
+    wait_crds_converting(env);
     Operator { process, http_port }
+}
+
+/// Until a leader has pointed the CRDs' conversion at the webhook with its
+/// CA: before that, reads and writes at `v1alpha1` fail.
+pub fn wait_crds_converting(env: &Environment) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    for crd in ["redisclusters.slotkeeper.io", "redisoperations.slotkeeper.io"] {
+        loop {
+            let path = "jsonpath={.spec.conversion.webhook.clientConfig.caBundle}";
+            let (ok, bundle) = kubectl(env, &["get", "crd", crd, "-o", path], None);
+            if ok && !bundle.trim().is_empty() {
+                break;
+            }
+            assert!(std::time::Instant::now() < deadline, "no operator pointed {crd} at its webhook within 60 s");
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
 }
 
 pub async fn wait_running(api: &Api<RedisCluster>, name: &str, timeout: Duration) -> RedisCluster {
@@ -126,14 +147,19 @@ pub fn slots_in(ranges: &[String]) -> std::collections::BTreeSet<u16> {
 
 /// Applies a 7.0.15 RedisCluster with these counts.
 pub fn apply_cluster(env: &Environment, ns: &str, name: &str, masters: i32, replicas: i32) {
-    apply_cluster_spec(env, ns, name, &format!("masters: {masters}, replicasPerMaster: {replicas}, version: 7.0.15"));
+    apply_cluster_spec(
+        env,
+        ns,
+        name,
+        &format!("masters: {masters}, replicasPerMaster: {replicas}, redis: {{version: 7.0.15}}"),
+    );
 }
 
 /// Applies RedisCluster `name` with `spec`, the inside of a YAML flow
 /// mapping (`masters: 3, version: 7.0.15, storage: {size: 1Gi}`).
 pub fn apply_cluster_spec(env: &Environment, ns: &str, name: &str, spec: &str) {
     let manifest = format!(
-        "apiVersion: slotkeeper.io/v1alpha1\nkind: RedisCluster\nmetadata: {{name: {name}, namespace: {ns}}}\nspec: {{{spec}}}\n"
+        "apiVersion: {API_VERSION}\nkind: RedisCluster\nmetadata: {{name: {name}, namespace: {ns}}}\nspec: {{{spec}}}\n"
     );
     let (ok, out) = kubectl(env, &["apply", "-f", "-"], Some(&manifest));
     assert!(ok, "{out}");
@@ -144,7 +170,7 @@ pub fn apply_cluster_spec(env: &Environment, ns: &str, name: &str, spec: &str) {
 /// returns how long that took.
 pub async fn create_clusters(env: &Environment, ns: &str, count: usize, extra: &str) -> Duration {
     let manifests: String = (0..count)
-        .map(|i| format!("---\napiVersion: slotkeeper.io/v1alpha1\nkind: RedisCluster\nmetadata: {{name: c{i:02}, namespace: {ns}}}\nspec: {{masters: 3, version: 7.0.15}}\n"))
+        .map(|i| format!("---\napiVersion: {API_VERSION}\nkind: RedisCluster\nmetadata: {{name: c{i:02}, namespace: {ns}}}\nspec: {{masters: 3, redis: {{version: 7.0.15}}}}\n"))
         .collect();
     let started = std::time::Instant::now();
     let (ok, out) = kubectl(env, &["apply", "-f", "-"], Some(&format!("{manifests}{extra}")));

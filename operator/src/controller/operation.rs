@@ -89,7 +89,7 @@ async fn reconcile_in_span(operation: Arc<RedisOperation>, ctx: Arc<Context>, na
         .await
         .map_err(Error::kube(format!("read RedisCluster {namespace}/{cluster_name}")))?
     else {
-        let reason = format!("spec.cluster_name: RedisCluster {cluster_name} does not exist in namespace {namespace}");
+        let reason = format!("spec.clusterName: RedisCluster {cluster_name} does not exist in namespace {namespace}");
         finish(&ctx, &operation, None, status, OperationPhase::Failed, reason).await?;
         return Ok(Requeue::await_change());
     };

@@ -13,6 +13,7 @@
 pub mod agent;
 mod control_client;
 pub mod control_plane;
+pub mod crds;
 pub mod environment;
 pub mod pki;
 pub mod process;

@@ -57,6 +57,8 @@ async fn main() -> anyhow::Result<()> {
 
 /// Where the console is served when the port is free (else any free port).
 const CONSOLE_PORT: u16 = 8080;
+/// Where the conversion webhook is served when the port is free (else any free port).
+const WEBHOOK_PORT: u16 = 9443;
 /// The ServiceAccount a newcomer signs in to the console as.
 const DEMO_USER: &str = "console-demo";
 
@@ -65,7 +67,16 @@ const DEMO_USER: &str = "console-demo";
 /// prints how to sign in to the console.
 fn start_operator(env: &Environment, dir: &std::path::Path) -> anyhow::Result<ManagedProcess> {
     let root = tools::repo_root();
-    for manifest in ["deploy/crds", "deploy/00-namespace.yaml", "deploy/rbac.yaml", "deploy/console-rbac.yaml"] {
+    let webhook_port = if std::net::TcpListener::bind(("127.0.0.1", WEBHOOK_PORT)).is_ok() {
+        WEBHOOK_PORT
+    } else {
+        slotkeeper_env::control_plane::free_port()?
+    };
+    let webhook_url = slotkeeper_env::crds::webhook_url(webhook_port);
+    let crds = slotkeeper_env::crds::with_webhook_url(&root, &webhook_url)?;
+    let (ok, out) = env.kubectl(&["apply", "--server-side", "-f", "-"], Some(&crds));
+    anyhow::ensure!(ok, "kubectl apply -f deploy/crds: {out}");
+    for manifest in ["deploy/00-namespace.yaml", "deploy/rbac.yaml", "deploy/console-rbac.yaml"] {
         let (ok, out) = env.kubectl(&["apply", "--server-side", "-f", root.join(manifest).to_str().unwrap()], None);
         anyhow::ensure!(ok, "kubectl apply -f {manifest}: {out}");
     }
@@ -83,7 +94,9 @@ fn start_operator(env: &Environment, dir: &std::path::Path) -> anyhow::Result<Ma
         ProcessSpec::new("slotkeeper", binary, dir.join("operator.log"))
             .args(["run", "--instance", "slotkeeper-local", "--kubeconfig"])
             .arg(&kubeconfig)
-            .arg(format!("--http-addr=127.0.0.1:{port}")),
+            .arg(format!("--http-addr=127.0.0.1:{port}"))
+            .arg(format!("--webhook-addr=127.0.0.1:{webhook_port}"))
+            .arg(format!("--webhook-url={webhook_url}")),
     )?;
     println!(
         "operator running as ServiceAccount slotkeeper-system/slotkeeper; metrics on http://127.0.0.1:{port}/metrics"
