@@ -8,6 +8,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use clap::{Parser, Subcommand, ValueEnum};
 
+mod upgrade_cli;
+
 use slotkeeper_operator::controller::cache::Caches;
 use slotkeeper_operator::controller::{self, Context};
 use slotkeeper_operator::leader::LeaderElector;
@@ -30,6 +32,23 @@ enum Command {
     Run(Box<RunArgs>),
     /// Print the CustomResourceDefinitions as YAML (what deploy/crds holds).
     Crd,
+    /// Upgrade Slotkeeper itself.
+    #[command(subcommand)]
+    Upgrade(UpgradeCommand),
+}
+
+#[derive(Subcommand)]
+enum UpgradeCommand {
+    /// Print the plan and the preflight's findings for upgrading the running
+    /// installation to the release in --manifests; changes nothing, and
+    /// exits 2 when the plan is refused.
+    Plan {
+        /// The new release's deploy/ directory (crds/ and operator.yaml).
+        #[arg(long)]
+        manifests: PathBuf,
+        #[arg(long, env = "KUBECONFIG")]
+        kubeconfig: Option<PathBuf>,
+    },
 }
 
 #[derive(clap::Args)]
@@ -78,14 +97,14 @@ struct WebhookArgs {
     #[arg(long, default_value = "slotkeeper-webhook-tls")]
     webhook_secret: String,
     /// Lifetime of a new webhook CA, in seconds (default one year).
-    #[arg(long, default_value_t = 365 * 24 * 3600)]
+    #[arg(long, default_value_t = 365 * 24 * 3600, env = "SLOTKEEPER_WEBHOOK_CA_LIFETIME_SECONDS")]
     webhook_ca_lifetime_seconds: u64,
     /// Lifetime of a new serving certificate, in seconds (default 90 days);
     /// each is renewed when a third of it is left.
-    #[arg(long, default_value_t = 90 * 24 * 3600)]
+    #[arg(long, default_value_t = 90 * 24 * 3600, env = "SLOTKEEPER_WEBHOOK_CERT_LIFETIME_SECONDS")]
     webhook_cert_lifetime_seconds: u64,
     /// How often each replica re-reads the webhook Secret, in seconds.
-    #[arg(long, default_value_t = 10)]
+    #[arg(long, default_value_t = 10, env = "SLOTKEEPER_WEBHOOK_RELOAD_SECONDS")]
     webhook_reload_seconds: u64,
 }
 
@@ -149,7 +168,28 @@ fn main() -> anyhow::Result<()> {
             Ok(())
         }
         Command::Run(args) => tokio::runtime::Runtime::new()?.block_on(run(*args)),
+        Command::Upgrade(UpgradeCommand::Plan { manifests, kubeconfig }) => {
+            let safe = tokio::runtime::Runtime::new()?.block_on(async {
+                let client = kube::Client::try_from(client_config(kubeconfig.as_deref()).await?)?;
+                upgrade_cli::print_plan(&client, &manifests).await
+            })?;
+            if !safe {
+                std::process::exit(2);
+            }
+            Ok(())
+        }
     }
+}
+
+/// The kubeconfig at `path`, or the in-cluster configuration ($KUBECONFIG).
+async fn client_config(path: Option<&std::path::Path>) -> anyhow::Result<kube::Config> {
+    Ok(match path {
+        Some(path) => {
+            let kubeconfig = kube::config::Kubeconfig::read_from(path)?;
+            kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await?
+        }
+        None => kube::Config::infer().await?,
+    })
 }
 
 async fn run(args: RunArgs) -> anyhow::Result<()> {
@@ -159,13 +199,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         LogFormat::Json => builder.json().init(),
         LogFormat::Pretty => builder.init(),
     }
-    let config = match &args.kubeconfig {
-        Some(path) => {
-            let kubeconfig = kube::config::Kubeconfig::read_from(path)?;
-            kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await?
-        }
-        None => kube::Config::infer().await?,
-    };
+    let config = client_config(args.kubeconfig.as_deref()).await?;
     let metrics = Arc::new(Metrics::default());
     let client =
         kube::client::ClientBuilder::try_from(config.clone())?.with_layer(&CountRequestsLayer(metrics.clone())).build();

@@ -43,6 +43,14 @@ pub fn start_operator(env: &Environment, instance: &str) -> Operator {
 /// [`start_operator`] with extra environment variables (e.g. a failpoint).
 pub fn start_operator_with(env: &Environment, instance: &str, vars: &[(&str, &str)]) -> Operator {
     install_crds(env);
+    let operator = spawn_operator(env, instance, vars);
+    wait_crds_converting(env);
+    operator
+}
+
+/// Namespace and RBAC from deploy/ and an operator replica acting as the
+/// `slotkeeper` ServiceAccount, whatever CRDs are installed.
+pub fn spawn_operator(env: &Environment, instance: &str, vars: &[(&str, &str)]) -> Operator {
     for manifest in ["deploy/00-namespace.yaml", "deploy/rbac.yaml", "deploy/console-rbac.yaml"] {
         let path = slotkeeper_env::tools::repo_root().join(manifest);
         let (ok, out) = kubectl(env, &["apply", "-f", path.to_str().unwrap()], None);
@@ -68,14 +76,16 @@ pub fn start_operator_with(env: &Environment, instance: &str, vars: &[(&str, &st
         spec = spec.env(*key, *value);
     }
     let process = ManagedProcess::spawn(spec).expect("the operator starts");
-    wait_crds_converting(env);
     Operator { process, http_port }
 }
 
 /// Until a leader has pointed the CRDs' conversion at the webhook with its
-/// CA: before that, reads and writes at `v1alpha1` fail.
+/// CA: before that, reads and writes at `v1alpha1` fail. A bundle just set
+/// takes the apiserver a moment to use (conversions failed for 0.9 s after
+/// it here), so that moment is waited out too.
 pub fn wait_crds_converting(env: &Environment) {
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let mut waited = false;
     for crd in ["redisclusters.slotkeeper.io", "redisoperations.slotkeeper.io"] {
         loop {
             let path = "jsonpath={.spec.conversion.webhook.clientConfig.caBundle}";
@@ -83,9 +93,13 @@ pub fn wait_crds_converting(env: &Environment) {
             if ok && !bundle.trim().is_empty() {
                 break;
             }
+            waited = true;
             assert!(std::time::Instant::now() < deadline, "no operator pointed {crd} at its webhook within 60 s");
             std::thread::sleep(Duration::from_millis(200));
         }
+    }
+    if waited {
+        std::thread::sleep(Duration::from_secs(3));
     }
 }
 

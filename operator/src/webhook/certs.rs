@@ -247,9 +247,12 @@ impl Validity {
         params.not_after = OffsetDateTime::from(self.not_after);
     }
 
-    /// The point after which less than a third of the lifetime remains.
+    /// The point after which less than a third of the lifetime remains,
+    /// counted from issue (the backdate is slack for skewed clocks, not
+    /// lifetime: with it a short-lived certificate would always be due).
     fn renew_at(&self) -> SystemTime {
-        let lifetime = self.not_after.duration_since(self.not_before).unwrap_or_default();
+        let issued = self.not_before.checked_add(BACKDATE).filter(|t| *t < self.not_after).unwrap_or(self.not_before);
+        let lifetime = self.not_after.duration_since(issued).unwrap_or_default();
         self.not_after.checked_sub(lifetime / 3).unwrap_or(self.not_before)
     }
 

@@ -191,12 +191,24 @@ fn certificates_from_the_future_are_renewed() {
 fn next_check_is_bounded() {
     let (authority, serving) = fresh_pair(t0());
     assert_eq!(next_check(&authority, &serving, t0()), MAX_CHECK_INTERVAL);
-    let serving_renew_at = serving.not_after - (serving.not_after.duration_since(serving.not_before).unwrap() / 3);
+    // A third of the lifetime from issue (the backdate is not lifetime).
+    let issued = serving.not_before + BACKDATE;
+    let serving_renew_at = serving.not_after - (serving.not_after.duration_since(issued).unwrap() / 3);
     let ten_minutes_before = serving_renew_at - Duration::from_secs(600);
     assert_eq!(next_check(&authority, &serving, ten_minutes_before), Duration::from_secs(600));
     assert_eq!(next_check(&authority, &serving, serving_renew_at + DAY), MIN_CHECK_INTERVAL);
     let broken = ServingCert { cert_pem: String::new(), ..serving };
     assert_eq!(next_check(&authority, &broken, t0()), MIN_CHECK_INTERVAL);
+}
+
+#[test]
+fn a_short_lived_certificate_is_due_a_third_before_it_ends_not_at_once() {
+    let now = t0();
+    let authority = new_authority(now, Duration::from_secs(60)).unwrap();
+    let serving = issue_serving(&authority, &sans(), now, Duration::from_secs(30)).unwrap();
+    assert_eq!(renewal(&authority, &serving, &sans(), now + Duration::from_secs(15)), Renewal::Keep);
+    assert_eq!(renewal(&authority, &serving, &sans(), now + Duration::from_secs(21)), Renewal::NewServing);
+    assert_eq!(renewal(&authority, &serving, &sans(), now + Duration::from_secs(41)), Renewal::NewAuthority);
 }
 
 #[test]

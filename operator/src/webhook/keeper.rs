@@ -31,8 +31,13 @@ use super::tls::{ReloadableCert, TlsError};
 
 /// The CA a replaced CA's serving certificates chain to, kept in the bundle.
 pub const PREVIOUS_CA_KEY: &str = "ca-previous.crt";
+/// How long after a CRD's conversion settings changed before a serving
+/// certificate from a new CA is presented: the apiserver takes a moment to
+/// use the new caBundle (measured here: conversions failed for 0.9 s after
+/// the first one was set).
+const BUNDLE_SETTLE: Duration = Duration::from_secs(10);
 /// How often the leader looks at the CRDs even when no certificate is due.
-const TEND_AT_LEAST_EVERY: Duration = Duration::from_secs(30);
+const TEND_AT_LEAST_EVERY: Duration = Duration::from_secs(10);
 
 #[derive(Debug, thiserror::Error)]
 pub enum WebhookError {
@@ -183,12 +188,15 @@ impl Keeper {
         let wanted = self.config.endpoint.client_config(&bundle);
         let stale: Vec<&CustomResourceDefinition> =
             crds.iter().filter(|crd| serves_two_versions(crd) && client_config(crd) != Some(wanted.clone())).collect();
+        let trusted = |crds: &[CustomResourceDefinition]| {
+            crds.iter().all(|crd| trusts(crd, &stored.authority.ca_cert_pem) && settled(crd, SystemTime::now()))
+        };
         if stale.is_empty() {
-            return Ok(crds.iter().all(|crd| trusts(crd, &stored.authority.ca_cert_pem)));
+            return Ok(trusted(crds));
         }
         if let Some(migration) = migration_running(&self.client).await? {
             tracing::info!(%migration, "the CRDs' conversion settings wait for the storage migration");
-            return Ok(crds.iter().all(|crd| trusts(crd, &stored.authority.ca_cert_pem)));
+            return Ok(trusted(crds));
         }
         let (address, server_name) = self.probe_target();
         probe(address, &server_name, &bundle).await?;
@@ -209,7 +217,8 @@ impl Keeper {
                 .map_err(|source| WebhookError::Crd { name: name.clone(), source })?;
             tracing::info!(crd = %name, "CRD conversion points at the webhook, with the current CA bundle");
         }
-        Ok(true)
+        // Trusted once the apiserver had time to use the new bundle.
+        Ok(false)
     }
 
     /// Where the leader sends its own probe: the URL's address, or this
@@ -379,6 +388,16 @@ fn client_config(crd: &CustomResourceDefinition) -> Option<serde_json::Value> {
         return None;
     }
     serde_json::to_value(conversion.webhook.as_ref()?.client_config.as_ref()?).ok()
+}
+
+/// Whether our last change to the CRD is at least [`BUNDLE_SETTLE`] old (by
+/// its managedFields entry; a CRD we never changed is settled).
+fn settled(crd: &CustomResourceDefinition, now: SystemTime) -> bool {
+    let ours = crd.metadata.managed_fields.iter().flatten().filter(|m| m.manager.as_deref() == Some(FIELD_MANAGER));
+    let Some(changed) = ours.filter_map(|m| m.time.as_ref()).map(|t| SystemTime::from(t.0)).max() else {
+        return true;
+    };
+    now.duration_since(changed).is_ok_and(|age| age >= BUNDLE_SETTLE)
 }
 
 fn trusts(crd: &CustomResourceDefinition, ca_cert_pem: &str) -> bool {
