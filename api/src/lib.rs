@@ -13,6 +13,7 @@ pub mod conversion;
 pub mod names;
 pub mod operation;
 pub mod rollout;
+pub mod self_upgrade;
 pub mod topology;
 pub mod v1alpha1;
 
@@ -52,6 +53,7 @@ pub fn crds() -> Vec<CustomResourceDefinition> {
     vec![
         both(v1alpha1::RedisCluster::crd(), RedisCluster::crd()),
         both(v1alpha1::RedisOperation::crd(), RedisOperation::crd()),
+        self_upgrade::SlotkeeperUpgrade::crd(),
     ]
 }
 

@@ -13,6 +13,7 @@ pub mod browser;
 pub mod metrics;
 pub mod operator;
 pub mod rollout;
+pub mod upgrade;
 pub mod writer;
 
 use slotkeeper_env::{Environment, EnvironmentOptions, tools};

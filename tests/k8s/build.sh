@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kubectl
+# Builds etcd, etcdctl, kube-apiserver, kube-controller-manager, kube-scheduler and kubectl
 # from the official Go modules pinned in go.mod, into target/k8s/bin.
 # Skipped when the binaries were built from the same go.mod/go.sum/build.sh;
 # the Go build cache makes a rebuild after a small change cheap.
@@ -10,7 +10,7 @@ out="$root/target/k8s/bin"
 k8s_version=$(awk '$1=="k8s.io/kubernetes"{print $2}' "$here/go.mod")
 stamp_value=$(cat "$here/go.mod" "$here/go.sum" "$0" | sha256sum | cut -d' ' -f1)
 stamp="$out/.stamp"
-components=(etcd kube-apiserver kube-controller-manager kube-scheduler kubectl)
+components=(etcd etcdctl kube-apiserver kube-controller-manager kube-scheduler kubectl)
 
 complete() { # dir: has every component
   for c in "${components[@]}"; do [[ -x "$1/$c" ]] || return 1; done
@@ -44,6 +44,8 @@ export CGO_ENABLED=0 GOFLAGS=-mod=mod
 echo "building control plane $k8s_version into $out" >&2
 start=$(date +%s)
 go build -trimpath -ldflags "$ldflags" -o "$out/etcd" ./cmd/etcd
+# etcdctl: the tests read what the apiserver stored, bytes and all.
+go build -trimpath -ldflags "$ldflags" -o "$out/etcdctl" go.etcd.io/etcd/etcdctl/v3
 for c in kube-apiserver kube-controller-manager kube-scheduler kubectl; do
   go build -trimpath -ldflags "$ldflags" -o "$out/$c" "k8s.io/kubernetes/cmd/$c"
 done

@@ -5,6 +5,7 @@
 package tools
 
 import (
+	_ "go.etcd.io/etcd/etcdctl/v3/ctlv3"
 	_ "go.etcd.io/etcd/server/v3/etcdmain"
 	_ "k8s.io/kubernetes/cmd/kube-apiserver/app"
 	_ "k8s.io/kubernetes/cmd/kube-controller-manager/app"

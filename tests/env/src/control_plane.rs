@@ -65,6 +65,8 @@ pub struct ControlPlane {
     kubeconfig: PathBuf,
     audit_log: PathBuf,
     server: String,
+    /// etcd's client URL (plain HTTP on loopback).
+    etcd: String,
     pki: Pki,
     /// From the call to `start` to the apiserver's `/readyz` passing.
     ready_after: Duration,
@@ -114,6 +116,7 @@ impl ControlPlane {
             kubeconfig,
             audit_log: dir.join("audit.log"),
             server,
+            etcd: format!("http://127.0.0.1:{etcd_client}"),
             pki,
             ready_after: Duration::ZERO,
         };
@@ -282,6 +285,16 @@ impl ControlPlane {
     /// The apiserver's audit log (JSON lines, `Metadata` level).
     pub fn audit_log(&self) -> &Path {
         &self.audit_log
+    }
+
+    /// etcd's client URL, for reading what the apiserver stored.
+    pub fn etcd_endpoint(&self) -> &str {
+        &self.etcd
+    }
+
+    /// The apiserver's log (conversion webhook failures show there).
+    pub fn apiserver_log(&self) -> PathBuf {
+        self.dir.join("kube-apiserver.log")
     }
 
     /// Time from the call to `start` to `/readyz` passing.

@@ -243,6 +243,23 @@ impl Environment {
         }
     }
 
+    /// Runs the real `etcdctl` against this environment's etcd; returns
+    /// (success, stdout and stderr).
+    pub fn etcdctl(&self, args: &[&str]) -> (bool, String) {
+        let etcdctl = match tools::control_plane_binary("etcdctl") {
+            Ok(path) => path,
+            Err(e) => return (false, e),
+        };
+        let endpoint = format!("--endpoints={}", self.control_plane().etcd_endpoint());
+        match std::process::Command::new(etcdctl).arg(endpoint).args(args).output() {
+            Ok(out) => (
+                out.status.success(),
+                format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)),
+            ),
+            Err(e) => (false, format!("etcdctl failed: {e}")),
+        }
+    }
+
     /// Writes a kubeconfig at `path` that acts as ServiceAccount
     /// `namespace/name`, with a token from the TokenRequest API.
     pub fn service_account_kubeconfig(&self, namespace: &str, name: &str, path: &Path) -> Result<(), String> {

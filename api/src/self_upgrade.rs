@@ -1,0 +1,94 @@
+//! `SlotkeeperUpgrade` (`slotkeeper.io/v1`, cluster-scoped): one upgrade of
+//! Slotkeeper itself, from the installed release to a new one, as an
+//! ordered plan whose status a pipeline can wait on
+//! (`kubectl wait --for=condition=Succeeded slotkeeperupgrade/NAME`).
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::{CustomResource, KubeSchema};
+use serde::{Deserialize, Serialize};
+
+/// Condition types of a `SlotkeeperUpgrade`.
+pub const CONDITION_PLANNED: &str = "Planned";
+pub const CONDITION_AWAITING_APPROVAL: &str = "AwaitingApproval";
+pub const CONDITION_PROGRESSING: &str = "Progressing";
+pub const CONDITION_SUCCEEDED: &str = "Succeeded";
+pub const CONDITION_FAILED: &str = "Failed";
+
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[kube(
+    group = "slotkeeper.io",
+    version = "v1",
+    kind = "SlotkeeperUpgrade",
+    plural = "slotkeeperupgrades",
+    shortname = "skup",
+    status = "SlotkeeperUpgradeStatus",
+    printcolumn = r#"{"name":"From","type":"string","jsonPath":".status.from"}"#,
+    printcolumn = r#"{"name":"To","type":"string","jsonPath":".spec.release"}"#,
+    printcolumn = r#"{"name":"Step","type":"string","jsonPath":".status.currentStep"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#,
+    validation = Rule::new("self.spec.release == oldSelf.spec.release && self.spec.image == oldSelf.spec.image").message("spec.release and spec.image of a SlotkeeperUpgrade are immutable: create a new SlotkeeperUpgrade instead")
+)]
+#[serde(rename_all = "camelCase")]
+pub struct SlotkeeperUpgradeSpec {
+    /// The release upgraded to, e.g. `0.2.0`.
+    #[schemars(length(min = 1, max = 64))]
+    pub release: String,
+    /// The operator image of that release, e.g. `slotkeeper:0.2.0`.
+    #[schemars(length(min = 1, max = 512))]
+    pub image: String,
+    /// Names of the gated steps approved to run (`kubectl patch --type=merge
+    /// -p '{"spec":{"approvedSteps":["Finalize"]}}'`, or the console's button).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16))]
+    pub approved_steps: Vec<String>,
+}
+
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum StepState {
+    #[default]
+    Pending,
+    Running,
+    AwaitingApproval,
+    Succeeded,
+    Failed,
+}
+
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct UpgradeStep {
+    /// `Preflight`, `InstallCRDs`, `RollOperator`, `SwitchStorage`, `MigrateStorage`, `Finalize`.
+    pub name: String,
+    /// What the step does, in a sentence.
+    pub description: String,
+    pub state: StepState,
+    /// The step cannot start until its name is in `spec.approvedSteps`.
+    #[serde(default)]
+    pub gated: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_time: Option<Time>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completion_time: Option<Time>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct SlotkeeperUpgradeStatus {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+    /// The release installed when the plan was made.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub steps: Vec<UpgradeStep>,
+    /// The step in progress, by name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub current_step: Option<String>,
+    /// What the preflight found: unsafe CRD changes refuse the plan; clusters
+    /// on a Redis version the new catalog no longer has are listed and left alone.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub findings: Vec<String>,
+}
