@@ -13,9 +13,15 @@ pub use crate::catalog::Engine;
 use crate::rollout::{RolloutSpec, UpgradeStatus};
 
 /// The CEL rule that `spec.redis.engine` and `spec.redis.version` name a
-/// catalog entry; a test keeps it equal to [`crate::catalog::cel_rule`].
-const CATALOG_RULE: &str = "(self.engine == 'redis' && self.version in ['6.2.14', '7.0.15']) || (self.engine == 'valkey' && self.version in ['8.1.8'])";
+/// catalog entry (both API versions); a test keeps it equal to
+/// [`crate::catalog::cel_rule`].
+pub(crate) const CATALOG_RULE: &str = "(self.engine == 'redis' && self.version in ['6.2.14', '7.0.15']) || (self.engine == 'valkey' && self.version in ['8.1.8'])";
 const CATALOG_MESSAGE: &str = "spec.redis.engine and spec.redis.version must name an entry of the operator's version catalog: redis 6.2.14, redis 7.0.15, valkey 8.1.8";
+
+/// The CEL rule that the version is semver-shaped (both API versions).
+pub(crate) const VERSION_RULE: &str = "self.matches('^[0-9]+\\\\.[0-9]+\\\\.[0-9]+$')";
+/// The CEL rule that redis.conf overrides leave the operator's keys alone (both API versions).
+pub(crate) const CONFIG_RULE: &str = "self.all(k, !(k in ['port', 'bind', 'dir', 'cluster-enabled', 'cluster-config-file', 'cluster-announce-ip', 'cluster-announce-port', 'cluster-announce-bus-port', 'replica-announce-ip', 'requirepass', 'masterauth', 'masteruser', 'rename-command', 'include', 'daemonize', 'pidfile', 'logfile', 'unixsocket', 'protected-mode', 'aclfile', 'replicaof', 'slaveof', 'tls-port']))";
 
 /// The fewest masters a cluster may have (the CRD's rule on `spec.masters`
 /// says the same; a test keeps them equal).
@@ -106,7 +112,7 @@ pub struct RedisSpec {
 
     /// The engine's version (semver), one of the operator's version catalog.
     /// Changing it rolls the cluster out to it along the catalog's edges.
-    #[x_kube(validation = Rule::new("self.matches('^[0-9]+\\\\.[0-9]+\\\\.[0-9]+$')").message("spec.redis.version must be a semantic version such as 7.0.15"))]
+    #[x_kube(validation = Rule::new(VERSION_RULE).message("spec.redis.version must be a semantic version such as 7.0.15"))]
     #[schemars(length(max = 32))]
     pub version: String,
 
@@ -117,7 +123,7 @@ pub struct RedisSpec {
     /// redis.conf overrides (allow-listed keys only).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     #[schemars(extend("maxProperties" = 64))]
-    #[x_kube(validation = Rule::new("self.all(k, !(k in ['port', 'bind', 'dir', 'cluster-enabled', 'cluster-config-file', 'cluster-announce-ip', 'cluster-announce-port', 'cluster-announce-bus-port', 'replica-announce-ip', 'requirepass', 'masterauth', 'masteruser', 'rename-command', 'include', 'daemonize', 'pidfile', 'logfile', 'unixsocket', 'protected-mode', 'aclfile', 'replicaof', 'slaveof', 'tls-port']))").message("spec.redis.config sets a key the operator manages or that is unsafe (port, bind, dir, cluster-*, requirepass, masterauth, rename-command, include, ...); remove it"))]
+    #[x_kube(validation = Rule::new(CONFIG_RULE).message("spec.redis.config sets a key the operator manages or that is unsafe (port, bind, dir, cluster-*, requirepass, masterauth, rename-command, include, ...); remove it"))]
     pub config: BTreeMap<String, String>,
 }
 

@@ -10,16 +10,15 @@ use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
 
 use crate::catalog::Engine;
-use crate::cluster::{AuthSpec, RedisClusterStatus, SchedulingSpec, StorageSpec};
+use crate::cluster::{
+    AuthSpec, CATALOG_RULE, CONFIG_RULE, RedisClusterStatus, SchedulingSpec, StorageSpec, VERSION_RULE,
+};
 use crate::operation::{FailoverSpec, OperationType, RedisOperationStatus};
 use crate::rollout::UpgradeSpec;
 
 /// This version, for manifests written as text.
 pub const API_VERSION: &str = "slotkeeper.io/v1alpha1";
 
-/// The CEL rule that `spec.engine` and `spec.version` name a catalog entry;
-/// a test keeps it equal to [`crate::catalog::cel_rule`].
-pub(crate) const CATALOG_RULE: &str = "(self.engine == 'redis' && self.version in ['6.2.14', '7.0.15']) || (self.engine == 'valkey' && self.version in ['8.1.8'])";
 const CATALOG_MESSAGE: &str = "spec.engine and spec.version must name an entry of the operator's version catalog: redis 6.2.14, redis 7.0.15, valkey 8.1.8";
 
 /// A Redis Cluster: `masters` shards, each with `replicasPerMaster` replicas.
@@ -61,7 +60,7 @@ pub struct RedisClusterSpec {
 
     /// The engine's version (semver), one of the operator's version catalog.
     /// Changing it rolls the cluster out to it along the catalog's edges.
-    #[x_kube(validation = Rule::new("self.matches('^[0-9]+\\\\.[0-9]+\\\\.[0-9]+$')").message("spec.version must be a semantic version such as 7.0.15"))]
+    #[x_kube(validation = Rule::new(VERSION_RULE).message("spec.version must be a semantic version such as 7.0.15"))]
     #[schemars(length(max = 32))]
     pub version: String,
 
@@ -84,7 +83,7 @@ pub struct RedisClusterSpec {
     /// redis.conf overrides (allow-listed keys only).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     #[schemars(extend("maxProperties" = 64))]
-    #[x_kube(validation = Rule::new("self.all(k, !(k in ['port', 'bind', 'dir', 'cluster-enabled', 'cluster-config-file', 'cluster-announce-ip', 'cluster-announce-port', 'cluster-announce-bus-port', 'replica-announce-ip', 'requirepass', 'masterauth', 'masteruser', 'rename-command', 'include', 'daemonize', 'pidfile', 'logfile', 'unixsocket', 'protected-mode', 'aclfile', 'replicaof', 'slaveof', 'tls-port']))").message("spec.config sets a key the operator manages or that is unsafe (port, bind, dir, cluster-*, requirepass, masterauth, rename-command, include, ...); remove it"))]
+    #[x_kube(validation = Rule::new(CONFIG_RULE).message("spec.config sets a key the operator manages or that is unsafe (port, bind, dir, cluster-*, requirepass, masterauth, rename-command, include, ...); remove it"))]
     pub config: BTreeMap<String, String>,
 
     /// How version rollouts go (canary bake time, step timeout).
