@@ -175,10 +175,10 @@ pub fn convert(object: Value, desired_api_version: &str) -> Result<Value, Conver
     }
     let from = api_version.to_string();
     match (kind.as_str(), upgrading) {
-        ("RedisCluster", true) => to_value(cluster_to_v1(parse(object, &kind, &from)?)),
-        ("RedisCluster", false) => to_value(cluster_to_v1alpha1(parse(object, &kind, &from)?)),
-        ("RedisOperation", true) => to_value(operation_to_v1(parse(object, &kind, &from)?)),
-        _ => to_value(operation_to_v1alpha1(parse(object, &kind, &from)?)),
+        ("RedisCluster", true) => Ok(to_value(cluster_to_v1(parse(object, &kind, &from)?))),
+        ("RedisCluster", false) => Ok(to_value(cluster_to_v1alpha1(parse(object, &kind, &from)?))),
+        ("RedisOperation", true) => Ok(to_value(operation_to_v1(parse(object, &kind, &from)?))),
+        _ => Ok(to_value(operation_to_v1alpha1(parse(object, &kind, &from)?))),
     }
 }
 
@@ -193,11 +193,11 @@ fn parse<K: serde::de::DeserializeOwned>(object: Value, kind: &str, api_version:
 }
 
 /// The typed object as JSON, its `apiVersion` and `kind` included.
-fn to_value<K: Resource<DynamicType = ()> + Serialize>(object: K) -> Result<Value, ConversionError> {
+fn to_value<K: Resource<DynamicType = ()> + Serialize>(object: K) -> Value {
     let mut value = serde_json::to_value(&object).expect("plain data serializes");
     value["apiVersion"] = K::api_version(&()).into();
     value["kind"] = K::kind(&()).into();
-    Ok(value)
+    value
 }
 
 #[cfg(test)]

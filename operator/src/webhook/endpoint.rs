@@ -16,7 +16,7 @@ pub enum Endpoint {
     Service { namespace: String, name: String, port: u16 },
     /// An HTTPS URL (the local environment: the apiserver cannot route to a
     /// Service there, so every replica listens on one loopback port).
-    Url { url: String, host: String },
+    Url { url: String, host: String, port: u16 },
 }
 
 impl Endpoint {
@@ -25,16 +25,16 @@ impl Endpoint {
         let rest =
             url.strip_prefix("https://").ok_or_else(|| format!("--webhook-url {url:?} must start with https://"))?;
         let authority = rest.split('/').next().unwrap_or_default();
-        let host = match authority.rsplit_once(':') {
-            Some((host, port)) if port.parse::<u16>().is_ok() => host,
-            _ => authority,
+        let (host, port) = match authority.rsplit_once(':').map(|(host, port)| (host, port.parse::<u16>())) {
+            Some((host, Ok(port))) => (host, port),
+            _ => (authority, 443),
         };
         if host.is_empty() || authority.contains('@') || rest.contains(['?', '#']) {
             return Err(format!(
                 "--webhook-url {url:?} must be https://HOST[:PORT]{PATH} without user, query or fragment"
             ));
         }
-        Ok(Endpoint::Url { url: url.to_string(), host: host.trim_matches(['[', ']']).to_string() })
+        Ok(Endpoint::Url { url: url.to_string(), host: host.trim_matches(['[', ']']).to_string(), port })
     }
 
     /// The names the serving certificate must carry.
@@ -94,6 +94,8 @@ mod tests {
         let endpoint = Endpoint::url("https://127.0.0.1:9443/convert").unwrap();
         assert_eq!(endpoint.subject_alt_names(), ["127.0.0.1"]);
         assert_eq!(endpoint.client_config("PEM")["url"], "https://127.0.0.1:9443/convert");
+        assert!(matches!(endpoint, Endpoint::Url { port: 9443, .. }));
+        assert!(matches!(Endpoint::url("https://hook.example/convert").unwrap(), Endpoint::Url { port: 443, .. }));
         assert!(Endpoint::url("http://127.0.0.1/convert").unwrap_err().contains("https://"));
         assert!(Endpoint::url("https://u@h/convert").is_err());
         assert!(Endpoint::url("https://h/convert?x=1").is_err());

@@ -226,15 +226,8 @@ impl Keeper {
     fn probe_target(&self) -> (SocketAddr, String) {
         let local = SocketAddr::from(([127, 0, 0, 1], self.config.listen.port()));
         match &self.config.endpoint {
-            Endpoint::Url { url, host } => {
-                let port = url
-                    .trim_start_matches("https://")
-                    .split('/')
-                    .next()
-                    .and_then(|authority| authority.rsplit_once(':'))
-                    .and_then(|(_, port)| port.parse().ok())
-                    .unwrap_or(443);
-                let address = host.parse().map(|ip| SocketAddr::new(ip, port)).unwrap_or(local);
+            Endpoint::Url { host, port, .. } => {
+                let address = host.parse().map(|ip| SocketAddr::new(ip, *port)).unwrap_or(local);
                 (address, host.clone())
             }
             Endpoint::Service { .. } => (local, self.config.endpoint.server_name()),
