@@ -13,6 +13,27 @@ pub const CONDITION_AWAITING_APPROVAL: &str = "AwaitingApproval";
 pub const CONDITION_PROGRESSING: &str = "Progressing";
 pub const CONDITION_SUCCEEDED: &str = "Succeeded";
 pub const CONDITION_FAILED: &str = "Failed";
+pub const CONDITION_ROLLED_BACK: &str = "RolledBack";
+
+/// Where the manager keeps what it restores on rollback and what it installs:
+/// ConfigMap `slotkeeper-upgrade-<plan>` in the operator's namespace.
+pub const OPERATOR_NAMESPACE: &str = "slotkeeper-system";
+pub const OPERATOR_DEPLOYMENT: &str = "slotkeeper";
+/// The one-replica Deployment of the new release that runs a plan until the
+/// operator's own Deployment runs that release.
+pub const MANAGER_DEPLOYMENT: &str = "slotkeeper-upgrade";
+/// The Lease whose holder keeps the webhook's certificates and runs plans.
+pub const MANAGER_LEASE: &str = "slotkeeper-upgrade-manager";
+/// On the operator's leader Lease: the holder's release, and how many
+/// clusters it has reconciled since it took the lease.
+pub const LEASE_RELEASE_ANNOTATION: &str = "slotkeeper.io/release";
+pub const LEASE_RECONCILED_ANNOTATION: &str = "slotkeeper.io/reconciled-clusters";
+/// Who wrote the two above: an earlier holder's words do not count for the current one.
+pub const LEASE_ANNOTATED_BY_ANNOTATION: &str = "slotkeeper.io/annotated-by";
+
+pub fn snapshot_name(plan: &str) -> String {
+    format!("slotkeeper-upgrade-{plan}")
+}
 
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[kube(
@@ -41,6 +62,10 @@ pub struct SlotkeeperUpgradeSpec {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 16))]
     pub approved_steps: Vec<String>,
+    /// Undo the upgrade: restore the previous CRDs and operator. Honoured
+    /// only before the storage version switches (`slotkeeper upgrade rollback`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub rollback: bool,
 }
 
 #[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default)]

@@ -3,6 +3,7 @@
 //! once the holder has not renewed for the lease duration. Updates carry the
 //! resourceVersion they read, so two candidates cannot both win.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::Lease;
@@ -16,14 +17,31 @@ pub const LEASE_NAME: &str = "slotkeeper-leader";
 pub const LEASE_DURATION: Duration = Duration::from_secs(15);
 pub const RENEW_PERIOD: Duration = Duration::from_secs(5);
 
+/// What the holder says about itself on the Lease, read at each renewal.
+pub type Annotations = Box<dyn Fn() -> BTreeMap<String, String> + Send + Sync>;
+
 pub struct LeaderElector {
     api: Api<Lease>,
     identity: String,
+    lease: String,
+    annotations: Option<Annotations>,
 }
 
 impl LeaderElector {
     pub fn new(client: Client, namespace: &str, identity: String) -> Self {
-        Self { api: Api::namespaced(client, namespace), identity }
+        Self { api: Api::namespaced(client, namespace), identity, lease: LEASE_NAME.into(), annotations: None }
+    }
+
+    /// Elects over another Lease (another role, held independently).
+    pub fn lease(mut self, name: &str) -> Self {
+        self.lease = name.into();
+        self
+    }
+
+    /// Writes these annotations on the Lease whenever this replica renews it.
+    pub fn annotate(mut self, annotations: Annotations) -> Self {
+        self.annotations = Some(annotations);
+        self
     }
 
     /// Waits until this replica holds the lease.
@@ -31,7 +49,7 @@ impl LeaderElector {
         loop {
             match self.try_acquire_or_renew().await {
                 Ok(true) => {
-                    tracing::info!(identity = %self.identity, "became leader");
+                    tracing::info!(identity = %self.identity, lease = %self.lease, "became leader");
                     return;
                 }
                 Ok(false) => {}
@@ -63,9 +81,9 @@ impl LeaderElector {
     /// One round: true when this replica holds the lease afterwards.
     async fn try_acquire_or_renew(&self) -> kube::Result<bool> {
         let now = Timestamp::now();
-        let Some(mut lease) = self.api.get_opt(LEASE_NAME).await? else {
+        let Some(mut lease) = self.api.get_opt(&self.lease).await? else {
             let lease: Lease = serde_json::from_value(json!({
-                "metadata": { "name": LEASE_NAME },
+                "metadata": { "name": self.lease, "annotations": self.annotations() },
                 "spec": self.spec(now, now, 0),
             }))
             .expect("valid Lease");
@@ -89,11 +107,17 @@ impl LeaderElector {
             return Ok(false);
         };
         lease.spec = Some(serde_json::from_value(self.spec(acquired_at, now, transitions)).expect("valid LeaseSpec"));
-        match self.api.replace(LEASE_NAME, &PostParams::default(), &lease).await {
+        let annotations = lease.metadata.annotations.get_or_insert_default();
+        annotations.extend(self.annotations());
+        match self.api.replace(&self.lease, &PostParams::default(), &lease).await {
             Ok(_) => Ok(true),
             Err(kube::Error::Api(e)) if e.code == 409 => Ok(false), // someone else moved first
             Err(e) => Err(e),
         }
+    }
+
+    fn annotations(&self) -> BTreeMap<String, String> {
+        self.annotations.as_ref().map(|f| f()).unwrap_or_default()
     }
 
     fn spec(&self, acquired: Timestamp, renewed: Timestamp, transitions: i32) -> serde_json::Value {

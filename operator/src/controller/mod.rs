@@ -71,9 +71,19 @@ pub struct Context {
     /// changed it (a failover by a RedisOperation), so status follows at once.
     nudges: tokio::sync::mpsc::UnboundedSender<ObjectRef<RedisCluster>>,
     nudged: std::sync::Mutex<Option<tokio::sync::mpsc::UnboundedReceiver<ObjectRef<RedisCluster>>>>,
+    /// Clusters reconciled successfully by this process: the leader says how
+    /// many on its Lease, so an upgrade knows when a new leader has seen them all.
+    reconciled: Arc<std::sync::Mutex<std::collections::BTreeSet<(String, String)>>>,
 }
 
 impl Context {
+    /// How many clusters this process has reconciled successfully, as a
+    /// counter shared with whoever reports it (the leader Lease).
+    pub fn reconciled_counter(&self) -> impl Fn() -> usize + Send + Sync + 'static {
+        let reconciled = self.reconciled.clone();
+        move || reconciled.lock().expect("reconciled lock").len()
+    }
+
     pub fn new(client: Client, instance: String, metrics: Arc<Metrics>, caches: Caches, publisher: Publisher) -> Self {
         let reporter = Reporter { controller: FIELD_MANAGER.into(), instance: Some(instance) };
         let (nudges, nudged) = tokio::sync::mpsc::unbounded_channel();
@@ -89,6 +99,7 @@ impl Context {
             operation_starts: Default::default(),
             nudges,
             nudged: std::sync::Mutex::new(Some(nudged)),
+            reconciled: Default::default(),
         }
     }
 
@@ -152,12 +163,18 @@ async fn run_clusters(ctx: Arc<Context>, triggers: Triggers, namespace: Option<&
             async move {
                 match result {
                     // Failed reconciles are logged by the error policy.
-                    Err(kube::runtime::controller::Error::ReconcilerFailed(..)) | Ok(_) => {}
+                    Ok((cluster, _)) => {
+                        let key = (cluster.namespace.unwrap_or_default(), cluster.name);
+                        ctx.reconciled.lock().expect("reconciled lock").insert(key);
+                    }
+                    Err(kube::runtime::controller::Error::ReconcilerFailed(..)) => {}
                     // A cluster deleted without a finalizer in the way (`kubectl
                     // delete` propagates in the background) is gone before any
                     // reconcile sees its deletionTimestamp; its delete event ends here.
                     Err(kube::runtime::controller::Error::ObjectNotFound(gone)) => {
                         tracing::info!(cluster = %gone.name, namespace = gone.namespace.as_deref().unwrap_or_default(), "cluster deleted");
+                        let key = (gone.namespace.clone().unwrap_or_default(), gone.name.clone());
+                        ctx.reconciled.lock().expect("reconciled lock").remove(&key);
                         ctx.forget(gone.namespace.as_deref().unwrap_or_default(), &gone.name);
                     }
                     Err(error) => tracing::warn!(%error, "controller error (watch or queue)"),

@@ -207,10 +207,7 @@ impl Keeper {
                 "apiVersion": "apiextensions.k8s.io/v1",
                 "kind": "CustomResourceDefinition",
                 "metadata": { "name": name },
-                "spec": { "conversion": { "strategy": "Webhook", "webhook": {
-                    "conversionReviewVersions": ["v1"],
-                    "clientConfig": wanted,
-                }}},
+                "spec": { "conversion": conversion(&wanted) },
             });
             api.patch(&name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(patch))
                 .await
@@ -219,6 +216,19 @@ impl Keeper {
         }
         // Trusted once the apiserver had time to use the new bundle.
         Ok(false)
+    }
+
+    /// The CRDs' `spec.conversion` for this webhook with the current CA
+    /// bundle, once the webhook has answered a real review against it: what
+    /// the upgrade plan installs new CRDs with, so they never point at a
+    /// webhook that is not there.
+    pub async fn ready_conversion(&self) -> Result<serde_json::Value> {
+        let stored = load_or_create(&self.client, &self.config).await?;
+        self.present(&stored.serving);
+        let bundle = stored.bundle();
+        let (address, server_name) = self.probe_target();
+        probe(address, &server_name, &bundle).await?;
+        Ok(conversion(&self.config.endpoint.client_config(&bundle)))
     }
 
     /// Where the leader sends its own probe: the URL's address, or this
@@ -354,6 +364,10 @@ async fn load_or_create(client: &Client, config: &WebhookConfig) -> Result<Store
         namespace: config.secret_namespace.clone(),
         name: config.secret_name.clone(),
     })
+}
+
+fn conversion(client_config: &serde_json::Value) -> serde_json::Value {
+    json!({ "strategy": "Webhook", "webhook": { "conversionReviewVersions": ["v1"], "clientConfig": client_config } })
 }
 
 /// Our CRDs as installed (absent ones are skipped: the upgrade plan installs them).
