@@ -4,6 +4,8 @@
 //! preflight, and storage-version migration with Kubernetes' migrator.
 #![forbid(unsafe_code)]
 
+pub mod installed;
+pub mod manager;
 pub mod migrate;
 pub mod plan;
 pub mod preflight;

@@ -157,6 +157,16 @@ fn steps(installed: &Installed, release: &Release) -> Vec<UpgradeStep> {
 
 /// The plan as text: the CLI prints it, and prints a plan object's status the same way.
 pub fn render(from: &str, to: &str, steps: &[UpgradeStep], findings: &[String], refused: Option<&str>) -> String {
+    let mut out = render_steps(from, to, steps, findings);
+    match refused {
+        Some(why) => out += &format!("Refused: {why}; nothing was changed.\n"),
+        None => out += "Safe to apply.\n",
+    }
+    out
+}
+
+/// The steps and findings, without the verdict (a running plan's status).
+pub fn render_steps(from: &str, to: &str, steps: &[UpgradeStep], findings: &[String]) -> String {
     let mut out = format!("Slotkeeper {from} -> {to}\n");
     for (i, s) in steps.iter().enumerate() {
         let gate = if s.gated { " [approval]" } else { "" };
@@ -170,10 +180,6 @@ pub fn render(from: &str, to: &str, steps: &[UpgradeStep], findings: &[String], 
         for f in findings {
             out += &format!("  - {f}\n");
         }
-    }
-    match refused {
-        Some(why) => out += &format!("Refused: {why}; nothing was changed.\n"),
-        None => out += "Safe to apply.\n",
     }
     out
 }
