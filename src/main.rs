@@ -10,6 +10,9 @@ use clap::{Parser, Subcommand, ValueEnum};
 
 mod upgrade_cli;
 
+use slotkeeper_api::self_upgrade::{
+    LEASE_ANNOTATED_BY_ANNOTATION, LEASE_RECONCILED_ANNOTATION, LEASE_RELEASE_ANNOTATION, MANAGER_LEASE,
+};
 use slotkeeper_operator::controller::cache::Caches;
 use slotkeeper_operator::controller::{self, Context};
 use slotkeeper_operator::leader::LeaderElector;
@@ -18,6 +21,10 @@ use slotkeeper_operator::sampler::Sampler;
 use slotkeeper_operator::server::{self, ServerState};
 use slotkeeper_operator::webhook::certs::Lifetimes;
 use slotkeeper_operator::webhook::{Endpoint, Keeper, WebhookConfig};
+use slotkeeper_upgrade::manager::{ConversionSource, Manager};
+
+/// This binary's release; an upgrade plan names the release it goes to.
+const RELEASE: &str = env!("CARGO_PKG_VERSION");
 
 #[derive(Parser)]
 #[command(name = "slotkeeper", version, about = "Kubernetes operator for Redis Cluster")]
@@ -46,6 +53,40 @@ enum UpgradeCommand {
         /// The new release's deploy/ directory (crds/ and operator.yaml).
         #[arg(long)]
         manifests: PathBuf,
+        #[arg(long, env = "KUBECONFIG")]
+        kubeconfig: Option<PathBuf>,
+    },
+    /// Start the upgrade: the new RBAC and plan kind, the plan object
+    /// (`SlotkeeperUpgrade/to-<release>`), what a rollback restores, and the
+    /// new release's upgrade manager, which runs the plan. Exits 2 when the
+    /// plan is refused (nothing is changed).
+    Apply {
+        #[arg(long)]
+        manifests: PathBuf,
+        #[arg(long, env = "KUBECONFIG")]
+        kubeconfig: Option<PathBuf>,
+    },
+    /// Print a plan's steps and conditions (the newest plan when no name is given).
+    Status {
+        name: Option<String>,
+        #[arg(long, env = "KUBECONFIG")]
+        kubeconfig: Option<PathBuf>,
+    },
+    /// Approve the plan's gated step (the one awaiting approval, or --step).
+    Approve {
+        name: Option<String>,
+        #[arg(long)]
+        step: Option<String>,
+        #[arg(long, env = "KUBECONFIG")]
+        kubeconfig: Option<PathBuf>,
+    },
+    /// Restore the previous CRDs and operator, before the storage version
+    /// switched; refused with the reason after it (exit 2). Waits until done.
+    Rollback {
+        name: Option<String>,
+        /// How long to wait for the rollback, in seconds.
+        #[arg(long, default_value_t = 600)]
+        timeout_seconds: u64,
         #[arg(long, env = "KUBECONFIG")]
         kubeconfig: Option<PathBuf>,
     },
@@ -168,15 +209,37 @@ fn main() -> anyhow::Result<()> {
             Ok(())
         }
         Command::Run(args) => tokio::runtime::Runtime::new()?.block_on(run(*args)),
-        Command::Upgrade(UpgradeCommand::Plan { manifests, kubeconfig }) => {
-            let safe = tokio::runtime::Runtime::new()?.block_on(async {
-                let client = kube::Client::try_from(client_config(kubeconfig.as_deref()).await?)?;
-                upgrade_cli::print_plan(&client, &manifests).await
-            })?;
-            if !safe {
+        Command::Upgrade(command) => {
+            let done = tokio::runtime::Runtime::new()?.block_on(upgrade(command))?;
+            if !done {
                 std::process::exit(2);
             }
             Ok(())
+        }
+    }
+}
+
+/// Runs an `upgrade` subcommand; `Ok(false)` when it was refused.
+async fn upgrade(command: UpgradeCommand) -> anyhow::Result<bool> {
+    let client = |kubeconfig: Option<PathBuf>| async move {
+        anyhow::Ok(kube::Client::try_from(client_config(kubeconfig.as_deref()).await?)?)
+    };
+    match command {
+        UpgradeCommand::Plan { manifests, kubeconfig } => {
+            upgrade_cli::print_plan(&client(kubeconfig).await?, &manifests).await
+        }
+        UpgradeCommand::Apply { manifests, kubeconfig } => {
+            upgrade_cli::apply(&client(kubeconfig).await?, &manifests).await
+        }
+        UpgradeCommand::Status { name, kubeconfig } => {
+            upgrade_cli::status(&client(kubeconfig).await?, name.as_deref()).await.map(|_| true)
+        }
+        UpgradeCommand::Approve { name, step, kubeconfig } => {
+            upgrade_cli::approve(&client(kubeconfig).await?, name.as_deref(), step.as_deref()).await.map(|_| true)
+        }
+        UpgradeCommand::Rollback { name, timeout_seconds, kubeconfig } => {
+            let timeout = std::time::Duration::from_secs(timeout_seconds);
+            upgrade_cli::rollback(&client(kubeconfig).await?, name.as_deref(), timeout).await
         }
     }
 }
@@ -209,6 +272,13 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     let keeper = Keeper::start(client.clone(), webhook_config).await?;
     let mut webhook = tokio::spawn(keeper.clone().serve());
     tokio::spawn(keeper.clone().follow());
+    tokio::spawn(manage_upgrades(
+        client.clone(),
+        keeper.clone(),
+        args.instance.clone(),
+        args.leader_election_namespace.clone(),
+        args.leader_elect,
+    ));
     let namespace = args.namespace.as_deref();
     // Fed on every replica: a standby serves the console too.
     let (readmodel, publisher) = slotkeeper_readmodel::start(client.clone(), namespace);
@@ -230,17 +300,28 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     let ctx = Arc::new(Context::new(client.clone(), args.instance.clone(), metrics, caches, publisher.clone()));
     if !args.leader_elect {
         ready.store(true, Ordering::Relaxed);
-        tokio::spawn(keeper.lead());
         controller::run(ctx, triggers, namespace).await;
         tracing::info!("slotkeeper operator stopped");
         return Ok(());
     }
-    let elector = LeaderElector::new(client.clone(), &args.leader_election_namespace, args.instance);
+    let reconciled = ctx.reconciled_counter();
+    let identity = args.instance.clone();
+    let elector = LeaderElector::new(client.clone(), &args.leader_election_namespace, args.instance).annotate(
+        Box::new(move || {
+            std::collections::BTreeMap::from([
+                (LEASE_RELEASE_ANNOTATION.to_string(), RELEASE.to_string()),
+                (LEASE_RECONCILED_ANNOTATION.to_string(), reconciled().to_string()),
+                (LEASE_ANNOTATED_BY_ANNOTATION.to_string(), identity.clone()),
+            ])
+        }),
+    );
     // A standby is healthy and ready: it is waiting to take over, and serves the console.
     ready.store(true, Ordering::Relaxed);
     let sampler = Sampler::new(client, readmodel, publisher);
     tokio::select! {
-        _ = elector.acquire() => {}
+        // A release newer than the installed CRDs (the upgrade manager's
+        // Pod, before the plan installs them) serves the webhook and waits.
+        _ = async { wait_until_served(&ctx.client).await; elector.acquire().await } => {}
         _ = sampler.run() => {}
         _ = tokio::signal::ctrl_c() => return Ok(()),
         result = &mut server => anyhow::bail!("HTTP server stopped: {result:?}"),
@@ -248,7 +329,6 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     }
     // Leading now: reconciles publish what they observe; the sampler stops.
     drop(sampler);
-    tokio::spawn(keeper.lead());
     tokio::select! {
         _ = controller::run(ctx, triggers, namespace) => {
             tracing::info!("slotkeeper operator stopped");
@@ -257,6 +337,61 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         _ = elector.hold() => {
             // Another replica may act now; stop at once rather than race it.
             tracing::error!("lost the leader Lease; exiting");
+            std::process::exit(1);
+        }
+    }
+}
+
+/// Waits until the installed RedisCluster CRD serves this release's API version.
+async fn wait_until_served(client: &kube::Client) {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    let crds: kube::Api<CustomResourceDefinition> = kube::Api::all(client.clone());
+    let version = slotkeeper_api::API_VERSION.rsplit('/').next().unwrap_or_default();
+    let mut said = false;
+    loop {
+        match crds.get_opt("redisclusters.slotkeeper.io").await {
+            Ok(Some(crd)) if crd.spec.versions.iter().any(|v| v.name == version && v.served) => return,
+            Ok(_) if !said => {
+                tracing::info!(%version, "the installed CRDs do not serve this release's version yet: serving the conversion webhook and waiting (an upgrade plan installs them)");
+                said = true;
+            }
+            Ok(_) => {}
+            Err(error) => tracing::warn!(%error, "reading the RedisCluster CRD failed"),
+        }
+        tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    }
+}
+
+/// The upgrade manager's role: the holder of its Lease keeps the webhook's
+/// certificates and the CRDs' conversion, and advances upgrade plans to this
+/// release. Held apart from the operator's Lease, so a new release's Pod can
+/// run a plan while the previous release still operates the clusters.
+async fn manage_upgrades(
+    client: kube::Client,
+    keeper: Arc<Keeper>,
+    instance: String,
+    namespace: String,
+    leader_elect: bool,
+) {
+    let conversion: ConversionSource = {
+        let keeper = keeper.clone();
+        Arc::new(move || {
+            let keeper = keeper.clone();
+            Box::pin(async move { keeper.ready_conversion().await.map_err(|e| e.to_string()) })
+        })
+    };
+    let manager = Manager { client: client.clone(), release: RELEASE.into(), conversion };
+    if !leader_elect {
+        tokio::spawn(keeper.lead());
+        return manager.run().await;
+    }
+    let elector = LeaderElector::new(client, &namespace, instance).lease(MANAGER_LEASE);
+    elector.acquire().await;
+    tokio::spawn(keeper.lead());
+    tokio::select! {
+        _ = manager.run() => {}
+        _ = elector.hold() => {
+            tracing::error!("lost the upgrade manager Lease; exiting");
             std::process::exit(1);
         }
     }
