@@ -63,6 +63,10 @@ enum UpgradeCommand {
     Apply {
         #[arg(long)]
         manifests: PathBuf,
+        /// Also wait for approval before this step (repeatable), e.g.
+        /// SwitchStorage: the last point a rollback can undo.
+        #[arg(long = "gate")]
+        gates: Vec<String>,
         #[arg(long, env = "KUBECONFIG")]
         kubeconfig: Option<PathBuf>,
     },
@@ -228,8 +232,8 @@ async fn upgrade(command: UpgradeCommand) -> anyhow::Result<bool> {
         UpgradeCommand::Plan { manifests, kubeconfig } => {
             upgrade_cli::print_plan(&client(kubeconfig).await?, &manifests).await
         }
-        UpgradeCommand::Apply { manifests, kubeconfig } => {
-            upgrade_cli::apply(&client(kubeconfig).await?, &manifests).await
+        UpgradeCommand::Apply { manifests, gates, kubeconfig } => {
+            upgrade_cli::apply(&client(kubeconfig).await?, &manifests, &gates).await
         }
         UpgradeCommand::Status { name, kubeconfig } => {
             upgrade_cli::status(&client(kubeconfig).await?, name.as_deref()).await.map(|_| true)

@@ -83,10 +83,17 @@ pub fn plan_name(release: &str) -> String {
 }
 
 /// `upgrade apply`: `Ok(false)` when the plan is refused (nothing changed).
-pub async fn apply(client: &Client, manifests: &Path) -> anyhow::Result<bool> {
+pub async fn apply(client: &Client, manifests: &Path, gates: &[String]) -> anyhow::Result<bool> {
     let release = read_release(manifests)?;
     let installed = installed::read(client, &crd_names(&release)).await?;
-    let planned = plan::plan(&installed, &release);
+    let mut planned = plan::plan(&installed, &release);
+    let names: Vec<String> = planned.steps.iter().map(|s| s.name.clone()).collect();
+    for gate in gates {
+        let step = planned.steps.iter_mut().find(|s| &s.name == gate).with_context(|| {
+            format!("--gate {gate}: the plan has no such step (its steps: {})", names.join(", "))
+        })?;
+        step.gated = true;
+    }
     print!(
         "{}",
         plan::render(&planned.from, &planned.to, &planned.steps, &planned.findings, planned.refused.as_deref())
@@ -135,6 +142,7 @@ pub async fn apply(client: &Client, manifests: &Path) -> anyhow::Result<bool> {
             release: release.version.clone(),
             image: release.image.clone(),
             approved_steps: Vec::new(),
+            gates: gates.to_vec(),
             rollback: false,
         },
     );

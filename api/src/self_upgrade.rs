@@ -62,6 +62,12 @@ pub struct SlotkeeperUpgradeSpec {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 16))]
     pub approved_steps: Vec<String>,
+    /// Steps gated besides the default one (`Finalize`), e.g. `SwitchStorage`
+    /// to look at the new operator before the point where rollback ends
+    /// (`slotkeeper upgrade apply --gate SwitchStorage`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16))]
+    pub gates: Vec<String>,
     /// Undo the upgrade: restore the previous CRDs and operator. Honoured
     /// only before the storage version switches (`slotkeeper upgrade rollback`).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]

@@ -59,6 +59,9 @@ pub fn decide(plan: &SlotkeeperUpgrade, seen: &Observed, now: Time) -> (Slotkeep
                 let planned = plan::plan(&installed(snapshot, seen), &release(plan, snapshot));
                 status.from = Some(planned.from);
                 status.steps = planned.steps;
+                for step in status.steps.iter_mut().filter(|s| plan.spec.gates.contains(&s.name)) {
+                    step.gated = true;
+                }
                 status.findings = planned.findings;
             }
             if plan.spec.rollback && rollback_allowed(&status, seen, Some(snapshot)).is_ok() {

@@ -9,7 +9,7 @@ use k8s_openapi::jiff::Timestamp;
 use serde_json::json;
 use slotkeeper_api::self_upgrade::{SlotkeeperUpgrade, SlotkeeperUpgradeSpec, StepState};
 
-use super::decide::{Action, decide};
+use super::decide::{Action, decide, rollback_allowed};
 use super::observe::{LeaderState, Observed, OperatorState};
 use super::snapshot::Snapshot;
 use crate::plan::InstalledCluster;
@@ -99,7 +99,13 @@ fn seen(crds: Vec<CustomResourceDefinition>) -> Observed {
 fn plan() -> SlotkeeperUpgrade {
     let mut plan = SlotkeeperUpgrade::new(
         "to-0-2-0",
-        SlotkeeperUpgradeSpec { release: "0.2.0".into(), image: NEW.into(), approved_steps: vec![], rollback: false },
+        SlotkeeperUpgradeSpec {
+            release: "0.2.0".into(),
+            image: NEW.into(),
+            approved_steps: vec![],
+            gates: vec![],
+            rollback: false,
+        },
     );
     plan.metadata.generation = Some(1);
     plan
@@ -244,6 +250,27 @@ fn storage_switches_then_migrates_then_waits_for_approval() {
     assert_eq!(step(&mut plan, &seen), Some(Action::RemoveManager));
     seen.manager_present = false;
     assert_eq!(step(&mut plan, &seen), None);
+}
+
+#[test]
+fn an_extra_gate_holds_its_step_until_approved_and_a_rollback_there_is_allowed() {
+    let mut plan = plan();
+    plan.spec.gates = vec!["SwitchStorage".into()];
+    step(&mut plan, &seen(previous_crds()));
+    let gated: Vec<&str> =
+        plan.status.as_ref().unwrap().steps.iter().filter(|s| s.gated).map(|s| s.name.as_str()).collect();
+    assert_eq!(gated, ["SwitchStorage", "Finalize"]);
+    for s in plan.status.as_mut().unwrap().steps.iter_mut().take(3) {
+        s.state = StepState::Succeeded;
+    }
+    let mut seen = seen(new_crds(true, false, &["v1alpha1"]));
+    seen.operator = operator(NEW, true);
+    assert_eq!(step(&mut plan, &seen), None, "held at the gate");
+    assert_eq!(state(&plan, "SwitchStorage"), StepState::AwaitingApproval);
+    let status = plan.status.clone().unwrap();
+    assert_eq!(rollback_allowed(&status, &seen, seen.snapshot.as_ref().ok()), Ok(()));
+    plan.spec.approved_steps = vec!["SwitchStorage".into()];
+    assert_eq!(step(&mut plan, &seen), Some(Action::SwitchStorage));
 }
 
 #[test]
