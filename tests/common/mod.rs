@@ -12,6 +12,7 @@ use kube::{Api, Client};
 pub mod browser;
 pub mod metrics;
 pub mod operator;
+pub mod release;
 pub mod rollout;
 pub mod upgrade;
 pub mod writer;
@@ -22,15 +23,22 @@ use slotkeeper_env::{Environment, EnvironmentOptions, tools};
 /// Its state (and logs) stay in `target/e2e/<binary>` until the next run;
 /// its processes die with the test binary (parent-death signal).
 pub fn shared_env() -> &'static Environment {
+    shared_env_with(Vec::new)
+}
+
+/// [`shared_env`] whose node agent also runs `extra_images` (node-agent
+/// image table entries); the first call of a test binary decides.
+pub fn shared_env_with(extra_images: impl FnOnce() -> Vec<serde_json::Value>) -> &'static Environment {
     static ENV: OnceLock<Environment> = OnceLock::new();
     ENV.get_or_init(|| {
+        let extra_images = extra_images();
         let dir = tools::repo_root().join("target/e2e").join(env!("CARGO_CRATE_NAME"));
         // A thread of its own: the caller may already be inside a runtime.
         std::thread::spawn(move || {
             let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
             let started = Instant::now();
             let env = runtime
-                .block_on(Environment::start(EnvironmentOptions { dir: Some(dir), ..Default::default() }))
+                .block_on(Environment::start(EnvironmentOptions { dir: Some(dir), extra_images, ..Default::default() }))
                 .unwrap_or_else(|e| panic!("the local environment did not start: {e}"));
             eprintln!(
                 "apiserver /readyz after {:.1}s; environment ready in {:.1}s",
