@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::authorization::v1::{ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec};
 use kube::Resource as _;
 use kube::api::{Api, PostParams};
+use slotkeeper_api::self_upgrade::SlotkeeperUpgrade;
 use slotkeeper_api::{RedisCluster, RedisOperation};
 use slotkeeper_readmodel::ClusterKey;
 
@@ -28,9 +29,11 @@ pub struct Check {
     pub group: String,
     pub resource: String,
     pub subresource: Option<&'static str>,
-    /// `None`: in every namespace.
+    /// `None`: in every namespace (or no namespace, for a cluster-scoped kind).
     pub namespace: Option<String>,
     pub name: Option<String>,
+    /// The kind has no namespace, so the check has no scope to name.
+    pub cluster_scoped: bool,
 }
 
 impl Check {
@@ -42,6 +45,7 @@ impl Check {
             subresource: None,
             namespace: namespace.map(str::to_owned),
             name: None,
+            cluster_scoped: false,
         }
     }
 
@@ -61,6 +65,7 @@ impl Check {
             subresource: None,
             namespace: Some(namespace.into()),
             name: None,
+            cluster_scoped: false,
         }
     }
 
@@ -72,6 +77,20 @@ impl Check {
             subresource: None,
             namespace: Some(namespace.into()),
             name: None,
+            cluster_scoped: false,
+        }
+    }
+
+    /// Slotkeeper's own upgrade plans, which live outside any namespace.
+    pub fn upgrades(verb: &'static str) -> Self {
+        Self {
+            verb,
+            group: SlotkeeperUpgrade::group(&()).into_owned(),
+            resource: SlotkeeperUpgrade::plural(&()).into_owned(),
+            subresource: None,
+            namespace: None,
+            name: None,
+            cluster_scoped: true,
         }
     }
 
@@ -83,6 +102,7 @@ impl Check {
         };
         let name = self.name.as_ref().map(|n| format!(" {n:?}")).unwrap_or_default();
         let scope = match &self.namespace {
+            _ if self.cluster_scoped => "(cluster-scoped)".into(),
             Some(ns) => format!("in namespace {ns}"),
             None => "in all namespaces".into(),
         };
@@ -250,5 +270,6 @@ mod tests {
         assert_eq!(Check::clusters("list", None).describe(), "list redisclusters in all namespaces");
         assert_eq!(Check::events("apps").describe(), "list events in namespace apps");
         assert_eq!(Check::operations("create", "apps").group, "slotkeeper.io");
+        assert_eq!(Check::upgrades("patch").describe(), "patch slotkeeperupgrades (cluster-scoped)");
     }
 }

@@ -43,6 +43,19 @@ pub async fn change_version(namespace: String, name: String, target: String) -> 
     Ok(())
 }
 
+/// Approves gated step `step` of the `SlotkeeperUpgrade` `plan`: `approved`
+/// (JSON) and `resource_version` are the plan's as the page showed it.
+#[server(prefix = "/actions", endpoint = "approve-upgrade-step")]
+pub async fn approve_upgrade_step(
+    plan: String,
+    step: String,
+    approved: String,
+    resource_version: String,
+) -> Result<(), ServerFnError> {
+    crate::upgrade_plans::approve(plan, step, approved, resource_version).await;
+    Ok(())
+}
+
 /// Checks a bearer token with a TokenReview and starts a session.
 #[server(prefix = "/actions", endpoint = "sign-in")]
 pub async fn sign_in(token: String, next: Option<String>) -> Result<(), ServerFnError> {
@@ -76,13 +89,13 @@ pub(crate) mod server {
     /// The field manager of changes made from the console (the user is in the audit log).
     pub const FIELD_MANAGER: &str = "slotkeeper-console";
 
-    struct Request {
+    pub(crate) struct Request {
         console: Arc<Console>,
         session: Option<Session>,
         secure: bool,
     }
 
-    fn request() -> Request {
+    pub(crate) fn request() -> Request {
         let console = expect_context::<Arc<Console>>();
         let session = use_context::<Session>();
         let secure = use_context::<http::request::Parts>().is_some_and(|p| over_tls(&p.headers));
@@ -90,7 +103,7 @@ pub(crate) mod server {
     }
 
     /// Ends the post: a one-time message, then back to `to`.
-    fn finish(request: &Request, to: &str, flash: Option<Flash>) {
+    pub(crate) fn finish(request: &Request, to: &str, flash: Option<Flash>) {
         if let (Some(flash), Some(key)) = (flash, request.console.keys.get()) {
             let sealed = key.seal(&flash);
             expect_context::<ResponseOptions>()
@@ -99,16 +112,16 @@ pub(crate) mod server {
         leptos_axum::redirect(to);
     }
 
-    fn ok(text: impl Into<String>) -> Option<Flash> {
+    pub(crate) fn ok(text: impl Into<String>) -> Option<Flash> {
         Some(Flash { ok: true, text: text.into() })
     }
 
-    fn refused(text: impl Into<String>) -> Option<Flash> {
+    pub(crate) fn refused(text: impl Into<String>) -> Option<Flash> {
         Some(Flash { ok: false, text: text.into() })
     }
 
     /// The signed-in user, or a redirect to sign in.
-    fn signed_in(request: &Request) -> Option<Session> {
+    pub(crate) fn signed_in(request: &Request) -> Option<Session> {
         match &request.session {
             Some(session) => Some(session.clone()),
             None => {
@@ -119,7 +132,7 @@ pub(crate) mod server {
     }
 
     /// A client acting as the user, or the refusal shown on `page`.
-    fn client_as(request: &Request, session: &Session, page: &str) -> Option<kube::Client> {
+    pub(crate) fn client_as(request: &Request, session: &Session, page: &str) -> Option<kube::Client> {
         match request.console.users.client(session) {
             Ok(client) => Some(client),
             Err(e) => {

@@ -3,6 +3,7 @@
 //! ```text
 //! browser ──▶ security (CSP nonce, same-origin writes) ──▶ session cookie ──▶
 //!   pages   GET  /, /clusters/{ns}/{name}[/scale], /signin   read model ──▶ Leptos (SSR) ──▶ HTML
+//!           GET  /upgrades                                   Kubernetes API *as the user* ──▶ Leptos (SSR) ──▶ HTML
 //!   live    GET  /live/…                                     read model changes ──▶ SSE fragments
 //!   actions POST /actions/…  (server functions)               Kubernetes API *as the user* ──▶ redirect + message
 //! ```
@@ -22,6 +23,7 @@ pub mod render;
 mod routes;
 pub mod security;
 pub mod session;
+pub mod upgrade_plans;
 pub mod users;
 pub mod view;
 
@@ -82,6 +84,7 @@ fn routes(console: Console) -> Router {
         .route("/clusters/{namespace}/{name}", get(routes::cluster_page))
         .route("/clusters/{namespace}/{name}/scale", get(routes::scale_preview))
         .route("/clusters/{namespace}/{name}/version", get(routes::version_preview))
+        .route(pages::paths::UPGRADES, get(routes::upgrades_page))
         .route("/live/clusters", get(live::clusters))
         .route("/live/clusters/{namespace}/{name}", get(live::cluster))
         .route("/actions/{*function}", post(routes::server_fns))

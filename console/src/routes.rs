@@ -17,12 +17,13 @@ use serde::Deserialize;
 use slotkeeper_readmodel::ClusterKey;
 
 use crate::Console;
-use crate::access::{AccessError, Check, ClusterAccess};
+use crate::access::{AccessError, Check, ClusterAccess, Permission};
 use crate::pages::shell::{Shell, document};
-use crate::pages::{cluster, clusters, paths, scale, signin, version};
+use crate::pages::{cluster, clusters, paths, scale, signin, upgrades, version};
 use crate::render;
 use crate::security::Nonce;
 use crate::session::{FLASH_COOKIE, Flash, SESSION_COOKIE, Session, cookie, over_tls, set_cookie};
+use crate::upgrade_plans;
 
 /// Puts the request's session, if its cookie opens and has not expired, in
 /// the request's extensions.
@@ -236,6 +237,39 @@ pub async fn version_preview(
     visit.page(StatusCode::OK, format!("Move {key} to {}", to.release()), None, || {
         version::page(&key, to, &steps, &permission)
     })
+}
+
+/// Slotkeeper's own upgrade plans, listed as the user (the read model does
+/// not hold them); the right to approve is asked only when a step waits for it.
+pub async fn upgrades_page(visit: Visit) -> Response {
+    let console = &visit.console;
+    let client = match console.users.client(&visit.session) {
+        Ok(client) => client,
+        Err(error) => return visit.access_failed(AccessError::Kube(error)),
+    };
+    let plans = match upgrade_plans::list(client).await {
+        Ok(plans) => plans,
+        Err(kube::Error::Api(e)) if e.code == 401 => return visit.access_failed(AccessError::SignedOut),
+        Err(error) => {
+            let status = match &error {
+                kube::Error::Api(e) if e.code == 403 => StatusCode::FORBIDDEN,
+                kube::Error::Api(e) if e.code == 404 => StatusCode::NOT_FOUND,
+                _ => StatusCode::BAD_GATEWAY,
+            };
+            let user = visit.session.user.clone();
+            return visit.page(status, "Upgrades".into(), None, || upgrades::refused(&user, &error));
+        }
+    };
+    let approve = if upgrades::any_awaiting_approval(&plans) {
+        match console.access.check(&console.users, &visit.session, Check::upgrades("patch")).await {
+            Ok(permission) => permission,
+            Err(error) => return visit.access_failed(error),
+        }
+    } else {
+        // No button is shown, so there is nothing to ask.
+        Permission::allowed()
+    };
+    visit.page(StatusCode::OK, "Upgrades".into(), None, || upgrades::page(&plans, &approve, Timestamp::now()))
 }
 
 #[derive(Debug, Deserialize)]

@@ -7,6 +7,7 @@ pub mod clusters;
 pub mod scale;
 pub mod shell;
 pub mod signin;
+pub mod upgrades;
 pub mod version;
 
 /// The console's URLs, built in one place.
@@ -15,6 +16,8 @@ pub mod paths {
 
     pub const CLUSTERS: &str = "/";
     pub const SIGN_IN: &str = "/signin";
+    /// Slotkeeper's own upgrade plans.
+    pub const UPGRADES: &str = "/upgrades";
 
     pub fn cluster(key: &ClusterKey) -> String {
         format!("/clusters/{}/{}", encode(&key.namespace), encode(&key.name))

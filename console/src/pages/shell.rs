@@ -5,6 +5,7 @@
 
 use leptos::prelude::*;
 
+use super::paths;
 use crate::actions::SignOut;
 use crate::session::{Flash, Session};
 
@@ -47,7 +48,7 @@ pub fn document(shell: Shell<'_>, content: impl FnOnce() -> AnyView) -> String {
             <a class="skip" href="#content">"Skip to content"</a>
             <header class="top">
                 <a class="brand" href="/">"Slotkeeper"</a>
-                <nav aria-label="Main"><a href="/">"Clusters"</a></nav>
+                <nav aria-label="Main"><a href=paths::CLUSTERS>"Clusters"</a><a href=paths::UPGRADES>"Upgrades"</a></nav>
                 {header_user}
             </header>
             <main id="content" data-live=live.clone()>
@@ -95,6 +96,7 @@ mod tests {
         assert!(html.contains("<title>Clusters &lt;x&gt; · Slotkeeper</title>"));
         assert!(html.contains("nonce=\"abc\"") && html.contains("Signed in as <strong>alice</strong>"));
         assert!(html.contains("action=\"/actions/sign-out\""), "{html}");
+        assert!(html.contains("<a href=\"/upgrades\">Upgrades</a>"), "the upgrades page is in the navigation: {html}");
         assert!(html.contains("role=\"alert\"") && html.contains("Kubernetes refused"));
         assert!(html.contains("data-live=\"/live/clusters\""));
         assert!(!html.contains("<script>"), "no inline script");

@@ -3,6 +3,7 @@
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use k8s_openapi::jiff::Timestamp;
 use leptos::prelude::*;
+use slotkeeper_api::self_upgrade::{CONDITION_AWAITING_APPROVAL, CONDITION_FAILED, CONDITION_ROLLED_BACK};
 use slotkeeper_api::{OperationPhase, OperationType, RedisCluster, RedisOperation};
 use slotkeeper_readmodel::EventView;
 
@@ -17,7 +18,9 @@ pub fn conditions(conditions: &[Condition], now: Timestamp) -> AnyView {
         .map(|c| {
             let class = match (c.type_.as_str(), c.status.as_str()) {
                 ("Degraded", "True") | ("Ready", "False") => "bad",
-                ("Progressing", "True") => "busy",
+                // An upgrade plan's conditions share this table.
+                (CONDITION_FAILED | CONDITION_ROLLED_BACK, "True") => "bad",
+                ("Progressing" | CONDITION_AWAITING_APPROVAL, "True") => "busy",
                 _ => "good",
             };
             view! {
