@@ -365,14 +365,30 @@ pub fn desired_objects(
 }
 
 /// A stable hash of an object's desired content (FNV-1a over its JSON).
+/// Owner references are hashed at the API version the first release wrote
+/// them with: the owner is the same object at any version (its uid), and a
+/// new served version must not make an upgraded operator rewrite every
+/// object it owns (nor change a StatefulSet's template) when nothing else
+/// changed. The live reference moves to the new version with the next real
+/// change; a release that stops serving that version must rewrite them first.
 pub fn content_hash(object: &Value) -> String {
-    let text = serde_json::to_string(object).expect("serializable");
+    let mut object = object.clone();
+    if let Some(owners) = object["metadata"]["ownerReferences"].as_array_mut() {
+        for owner in owners.iter_mut().filter(|o| is_our_api_version(&o["apiVersion"])) {
+            owner["apiVersion"] = json!(crate::api::v1alpha1::API_VERSION);
+        }
+    }
+    let text = serde_json::to_string(&object).expect("serializable");
     let mut hash: u64 = 0xcbf29ce484222325;
     for byte in text.bytes() {
         hash ^= u64::from(byte);
         hash = hash.wrapping_mul(0x100000001b3);
     }
     format!("{hash:016x}")
+}
+
+fn is_our_api_version(api_version: &Value) -> bool {
+    api_version.as_str().and_then(|v| v.split_once('/')).is_some_and(|(group, _)| group == crate::api::GROUP)
 }
 
 /// The object with its content hash in an annotation.

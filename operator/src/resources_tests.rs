@@ -107,6 +107,22 @@ fn one_file_per_release_in_use_and_redis_conf_for_older_pods() {
 }
 
 #[test]
+fn an_owner_reference_at_another_version_of_our_api_hashes_the_same() {
+    let c = cluster(json!({"masters": 3, "redis": {"version": "7.0.15"}}));
+    let object = config_map(&c, &[r70()]);
+    assert_eq!(object["metadata"]["ownerReferences"][0]["apiVersion"], crate::api::API_VERSION);
+    let mut as_previously_written = object.clone();
+    as_previously_written["metadata"]["ownerReferences"][0]["apiVersion"] = json!(crate::api::v1alpha1::API_VERSION);
+    assert_eq!(with_hash(object.clone()).1, with_hash(as_previously_written).1, "an upgrade rewrites nothing");
+    let mut another_owner = object.clone();
+    another_owner["metadata"]["ownerReferences"][0]["uid"] = json!("uid-2");
+    assert_ne!(with_hash(object.clone()).1, with_hash(another_owner).1);
+    let mut foreign = object.clone();
+    foreign["metadata"]["ownerReferences"][0]["apiVersion"] = json!("apps/v1");
+    assert_ne!(with_hash(object).1, with_hash(foreign).1, "only our own group's versions are one owner");
+}
+
+#[test]
 fn hashes_change_only_with_content() {
     let c = cluster(json!({"masters": 3, "redis": {"version": "7.0.15"}}));
     let (_, a) = with_hash(config_map(&c, &[r70()]));
