@@ -57,8 +57,11 @@ async fn slotkeeper_upgrades_itself_from_the_previous_release_with_redis_untouch
     for (ns, name) in CLUSTERS {
         wait_phase(env, "v1alpha1", ns, name, "Running").await;
     }
-    let (ok, out) =
-        kubectl(env, &["-n", "up-idle", "patch", "rdc", "idle", "--type=merge", "-p", r#"{"spec":{"paused":true}}"#], None);
+    let (ok, out) = kubectl(
+        env,
+        &["-n", "up-idle", "patch", "rdc", "idle", "--type=merge", "-p", r#"{"spec":{"paused":true}}"#],
+        None,
+    );
     assert!(ok, "{out}");
     apply_old(
         env,
@@ -104,7 +107,21 @@ async fn slotkeeper_upgrades_itself_from_the_previous_release_with_redis_untouch
     // The node agent removes a deleted Pod's directory: keep the previous
     // operator's output while its Pods live.
     let mut previous_logs: BTreeMap<String, String> = BTreeMap::new();
+    // When a process of the new release first took the operator's leader Lease.
+    let release = next_image().rsplit(':').next().unwrap().to_string();
+    let mut new_leader_since: Option<String> = None;
     loop {
+        if new_leader_since.is_none() {
+            let path = format!("/apis/coordination.k8s.io/v1/namespaces/{OPERATOR_NAMESPACE}/leases/slotkeeper-leader");
+            if let Ok(lease) = raw(env, &path) {
+                let annotations = &lease["metadata"]["annotations"];
+                if annotations["slotkeeper.io/release"] == release.as_str()
+                    && annotations["slotkeeper.io/annotated-by"] == lease["spec"]["holderIdentity"]
+                {
+                    new_leader_since = lease["spec"]["acquireTime"].as_str().map(String::from);
+                }
+            }
+        }
         for pod in &previous_pods {
             let log = operator_pod_logs(env, pod);
             if !log.is_empty() {
@@ -165,7 +182,8 @@ async fn slotkeeper_upgrades_itself_from_the_previous_release_with_redis_untouch
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
     let took = started.elapsed();
-    let (ok, out) = kubectl(env, &["wait", "--for=condition=Succeeded", &format!("slotkeeperupgrade/{plan_name}")], None);
+    let (ok, out) =
+        kubectl(env, &["wait", "--for=condition=Succeeded", &format!("slotkeeperupgrade/{plan_name}")], None);
     assert!(ok, "kubectl wait on the plan: {out}");
     assert!(approved, "the gated step was approved");
 
@@ -228,10 +246,9 @@ async fn slotkeeper_upgrades_itself_from_the_previous_release_with_redis_untouch
         assert!(errors.is_empty(), "the previous operator {pod} logged errors: {errors:#?}");
     }
 
-    // The new leader's first reconciles write nothing but status.
-    let lease = raw(env, &format!("/apis/coordination.k8s.io/v1/namespaces/{OPERATOR_NAMESPACE}/leases/slotkeeper-leader"))
-        .unwrap();
-    let acquired = lease["spec"]["acquireTime"].as_str().unwrap().to_string();
+    // The new release's first reconciles (from when it first led) write
+    // nothing but status.
+    let acquired = new_leader_since.expect("a process of the new release led");
     let log = std::fs::read_to_string(env.audit_log()).unwrap();
     let namespaces: BTreeSet<&str> = CLUSTERS.iter().map(|(ns, _)| *ns).collect();
     let writes: Vec<String> = log
@@ -255,8 +272,8 @@ async fn slotkeeper_upgrades_itself_from_the_previous_release_with_redis_untouch
     assert!(not_status.is_empty(), "the new leader wrote more than status: {not_status:#?}");
     println!(
         "upgraded in {:.0} s (manager killed in {killed:?}); {reads} rounds of reads at both versions, none failed; \
-         {} Redis Pods unchanged; {} seeded and {} acknowledged keys read back; the new leader's writes since it took \
-         the lease: {writes:?}",
+         {} Redis Pods unchanged; {} seeded and {} acknowledged keys read back; the new release's leaders' writes in \
+         the clusters' namespaces since it first led ({acquired}): {writes:?}",
         took.as_secs_f64(),
         after.len(),
         seeds.len(),

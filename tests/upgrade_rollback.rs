@@ -1,7 +1,8 @@
 //! `slotkeeper upgrade rollback`: held at an extra gate before the storage
 //! switch, the rollback brings back the previous CRDs and operator with the
 //! cluster untouched and the previous operator acting again; a new attempt
-//! past the switch is refused a rollback, with the reason, and finishes.
+//! past the switch is refused a rollback, with the reason, and finishes once
+//! approved in the console by a user bound to the approver role.
 
 mod common;
 
@@ -32,6 +33,87 @@ fn crd_versions(env: &slotkeeper_env::Environment) -> (Vec<String>, Option<Strin
     let names = versions.iter().map(|v| v["name"].as_str().unwrap().to_string()).collect();
     let strategy = crd["spec"]["conversion"]["strategy"].as_str().map(String::from);
     (names, strategy)
+}
+
+/// The value of the hidden input `name` in the form of a page.
+fn hidden(body: &str, name: &str) -> String {
+    let marker = format!(r#"name="{name}" value=""#);
+    let start = body.find(&marker).unwrap_or_else(|| panic!("no input {name} in {body}")) + marker.len();
+    let value = &body[start..start + body[start..].find('"').unwrap()];
+    value.replace("&quot;", "\"").replace("&amp;", "&")
+}
+
+fn form_encode(value: &str) -> String {
+    value
+        .bytes()
+        .map(|b| {
+            if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
+                (b as char).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect()
+}
+
+/// Alice, bound to deploy/'s approver role, signs in to the console of an
+/// operator Pod, sees the plan awaiting approval and approves `step`.
+async fn approve_in_the_console(env: &slotkeeper_env::Environment, client: &kube::Client, plan: &str, step: &str) {
+    let rbac = slotkeeper_env::tools::repo_root().join("deploy/console-rbac.yaml");
+    let (ok, out) = kubectl(env, &["apply", "-f", rbac.to_str().unwrap()], None);
+    assert!(ok, "{out}");
+    let role = "--clusterrole=slotkeeper-upgrade-approver";
+    let (ok, out) = kubectl(env, &["create", "clusterrolebinding", "alice-approves", role, "--user=alice"], None);
+    assert!(ok, "{out}");
+    let pods: kube::Api<k8s_openapi::api::core::v1::Pod> = kube::Api::namespaced(client.clone(), OPERATOR_NAMESPACE);
+    let selector = kube::api::ListParams::default().labels("app.kubernetes.io/name=slotkeeper");
+    let list = pods.list(&selector).await.unwrap();
+    let ip = pod_ip(list.items.iter().find(|p| pod_ready(p)).expect("a ready operator Pod"));
+    let same_site = "Sec-Fetch-Site: same-origin".to_string();
+    // A form post from a page (not a script): answered with a redirect.
+    let html = "Accept: text/html".to_string();
+    let form = format!("token={}", user_token(env, "alice"));
+    let (status, head, _) = operator::http_request_to(
+        &ip,
+        8080,
+        "POST",
+        "/actions/sign-in",
+        &[same_site.clone(), html.clone()],
+        Some(&form),
+    )
+    .await;
+    assert_eq!(status, 302, "{head}");
+    let cookie = head
+        .lines()
+        .filter_map(|l| l.strip_prefix("set-cookie: "))
+        .find(|c| c.starts_with("slotkeeper_session="))
+        .and_then(|c| c.split(';').next())
+        .expect("a session cookie")
+        .to_owned();
+    let cookie = format!("Cookie: {cookie}");
+    let (status, _, body) = operator::http_request_to(&ip, 8080, "GET", "/upgrades", &[cookie.clone()], None).await;
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains(plan) && body.contains(&format!("Approve {step}")), "the page offers approval: {body}");
+    let form = ["plan", "step", "approved", "resource_version"]
+        .map(|name| format!("{name}={}", form_encode(&hidden(&body, name))))
+        .join("&");
+    let (status, head, _) = operator::http_request_to(
+        &ip,
+        8080,
+        "POST",
+        "/actions/approve-upgrade-step",
+        &[cookie, same_site, html],
+        Some(&form),
+    )
+    .await;
+    assert!(matches!(status, 302 | 303), "{head}");
+    let approved = plan_object(env, plan).unwrap()["spec"]["approvedSteps"].clone();
+    assert!(approved.as_array().unwrap().iter().any(|s| s == step), "{approved}");
+    let audit = std::fs::read_to_string(env.audit_log()).unwrap();
+    let by_alice = audit.lines().filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok()).any(|e| {
+        e["verb"] == "patch" && e["objectRef"]["resource"] == "slotkeeperupgrades" && e["user"]["username"] == "alice"
+    });
+    assert!(by_alice, "the approval was made as alice (audit log)");
 }
 
 #[tokio::test]
@@ -76,8 +158,11 @@ async fn a_rollback_before_the_storage_switch_restores_the_previous_release_and_
     .await;
     assert_eq!(redis_pods(&client, &[(NS, CLUSTER)]).await, before, "the cluster was not touched");
     // The previous operator acts again: it takes a pause and says so in status.
-    let (ok, out) =
-        kubectl(env, &["-n", NS, "patch", "rdc", CLUSTER, "--type=merge", "-p", r#"{"spec":{"paused":true}}"#], None);
+    // A fresh discovery cache: kubectl's would still map rdc to v1.
+    let cache = tempfile::tempdir().unwrap();
+    let cache_dir = format!("--cache-dir={}", cache.path().display());
+    let pause = ["-n", NS, "patch", "rdc", CLUSTER, "--type=merge", "-p", r#"{"spec":{"paused":true}}"#];
+    let (ok, out) = kubectl(env, &[&[cache_dir.as_str()][..], &pause[..]].concat(), None);
     assert!(ok, "{out}");
     let path = format!("/apis/slotkeeper.io/v1alpha1/namespaces/{NS}/redisclusters/{CLUSTER}");
     wait_until("the previous operator observes generation 2", Duration::from_secs(60), || async {
@@ -93,8 +178,7 @@ async fn a_rollback_before_the_storage_switch_restores_the_previous_release_and_
     let (code, out) = upgrade_cli(env, &["rollback", &plan]);
     assert_eq!(code, Some(2), "refused rollbacks exit 2: {out}");
     assert!(out.contains("refused") && out.contains("storage version switched"), "{out}");
-    let (code, out) = upgrade_cli(env, &["approve", &plan]);
-    assert_eq!(code, Some(0), "{out}");
+    approve_in_the_console(env, &client, &plan, "Finalize").await;
     let (ok, out) = kubectl(
         env,
         &["wait", "--for=condition=Succeeded", "--timeout=180s", &format!("slotkeeperupgrade/{plan}")],

@@ -226,9 +226,21 @@ pub async fn http_request(
     headers: &[String],
     form: Option<&str>,
 ) -> (u16, String, String) {
+    http_request_to("127.0.0.1", port, method, path, headers, form).await
+}
+
+/// [`http_request`] to `host` (e.g. a Pod's address).
+pub async fn http_request_to(
+    host: &str,
+    port: u16,
+    method: &str,
+    path: &str,
+    headers: &[String],
+    form: Option<&str>,
+) -> (u16, String, String) {
     use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
-    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.expect("console listens");
-    let mut request = format!("{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n");
+    let mut stream = tokio::net::TcpStream::connect((host, port)).await.expect("console listens");
+    let mut request = format!("{method} {path} HTTP/1.1\r\nHost: {host}:{port}\r\nConnection: close\r\n");
     for header in headers {
         request += &format!("{header}\r\n");
     }
