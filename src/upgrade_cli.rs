@@ -89,9 +89,10 @@ pub async fn apply(client: &Client, manifests: &Path, gates: &[String]) -> anyho
     let mut planned = plan::plan(&installed, &release);
     let names: Vec<String> = planned.steps.iter().map(|s| s.name.clone()).collect();
     for gate in gates {
-        let step = planned.steps.iter_mut().find(|s| &s.name == gate).with_context(|| {
-            format!("--gate {gate}: the plan has no such step (its steps: {})", names.join(", "))
-        })?;
+        let step =
+            planned.steps.iter_mut().find(|s| &s.name == gate).with_context(|| {
+                format!("--gate {gate}: the plan has no such step (its steps: {})", names.join(", "))
+            })?;
         step.gated = true;
     }
     print!(

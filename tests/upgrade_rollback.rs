@@ -91,7 +91,8 @@ async fn approve_in_the_console(env: &slotkeeper_env::Environment, client: &kube
         .expect("a session cookie")
         .to_owned();
     let cookie = format!("Cookie: {cookie}");
-    let (status, _, body) = operator::http_request_to(&ip, 8080, "GET", "/upgrades", &[cookie.clone()], None).await;
+    let (status, _, body) =
+        operator::http_request_to(&ip, 8080, "GET", "/upgrades", std::slice::from_ref(&cookie), None).await;
     assert_eq!(status, 200, "{body}");
     assert!(body.contains(plan) && body.contains(&format!("Approve {step}")), "the page offers approval: {body}");
     let form = ["plan", "step", "approved", "resource_version"]

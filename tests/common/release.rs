@@ -54,10 +54,11 @@ pub fn previous_binary() -> PathBuf {
 /// This binary's environment, its node agent running both releases' images.
 pub fn release_env() -> &'static Environment {
     shared_env_with(|| {
-        let entry = |image: &str, binary: &Path| {
-            json!({"pattern": image, "entrypoint": ["slotkeeper"], "binaries": {"slotkeeper": binary}})
-        };
-        vec![entry(PREVIOUS_IMAGE, &previous_binary()), entry(&next_image(), Path::new(env!("CARGO_BIN_EXE_slotkeeper")))]
+        let entry = |image: &str, binary: &Path| json!({"pattern": image, "entrypoint": ["slotkeeper"], "binaries": {"slotkeeper": binary}});
+        vec![
+            entry(PREVIOUS_IMAGE, &previous_binary()),
+            entry(&next_image(), Path::new(env!("CARGO_BIN_EXE_slotkeeper"))),
+        ]
     })
 }
 
@@ -102,7 +103,8 @@ pub fn runnable_operator(yaml: &str, webhook: bool) -> String {
 /// The previous release as its commit's deploy/ installs it, its operator
 /// Deployment rolled out.
 pub fn install_previous(env: &Environment) {
-    for file in ["deploy/00-namespace.yaml", "deploy/crds/slotkeeper.io.yaml", "deploy/rbac.yaml", "deploy/console-rbac.yaml"]
+    for file in
+        ["deploy/00-namespace.yaml", "deploy/crds/slotkeeper.io.yaml", "deploy/rbac.yaml", "deploy/console-rbac.yaml"]
     {
         let (ok, out) = kubectl(env, &["apply", "-f", "-"], Some(&previous_release_file(file)));
         assert!(ok, "previous {file}: {out}");
