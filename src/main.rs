@@ -61,6 +61,7 @@ enum UpgradeCommand {
     /// new release's upgrade manager, which runs the plan. Exits 2 when the
     /// plan is refused (nothing is changed).
     Apply {
+        /// The new release's deploy/ directory (crds/, operator.yaml, rbac.yaml).
         #[arg(long)]
         manifests: PathBuf,
         /// Also wait for approval before this step (repeatable), e.g.

@@ -374,29 +374,13 @@ async fn a_standby_replica_serves_the_console_and_accepts_the_leaders_sessions()
     .await;
 
     // A session begun on the leader...
-    let form = format!("token={}", user_token(env, "alice"));
-    let (status, head, _) = http_request(
-        leader.http_port,
-        "POST",
-        "/actions/sign-in",
-        &["Sec-Fetch-Site: same-origin".into(), "Accept: text/html".into()],
-        Some(&form),
-    )
-    .await;
-    assert_eq!(status, 302, "{head}");
-    let cookie = head
-        .lines()
-        .filter_map(|l| l.strip_prefix("set-cookie: "))
-        .find(|c| c.starts_with("slotkeeper_session="))
-        .and_then(|c| c.split(';').next())
-        .expect("a session cookie")
-        .to_owned();
+    let cookie = console_session("127.0.0.1", leader.http_port, &user_token(env, "alice")).await;
     // ...opens on the standby, which shows the cluster from its own watches
     // and samples Redis itself while another replica leads.
     let page = format!("/clusters/{ns}/spare");
     let body = wait_until("the standby's sampler to observe the cluster", Duration::from_secs(60), || async {
         let (status, _, body) =
-            http_request(standby.http_port, "GET", &page, &[format!("Cookie: {cookie}")], None).await;
+            http_request(standby.http_port, "GET", &page, std::slice::from_ref(&cookie), None).await;
         (status == 200 && body.contains("by this replica") && body.contains("sampler (it is not the leader)"))
             .then_some(body)
     })

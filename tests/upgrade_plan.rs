@@ -10,14 +10,7 @@ use common::*;
 use slotkeeper_api::v1alpha1;
 
 fn plan(env: &slotkeeper_env::Environment, manifests: &std::path::Path) -> (Option<i32>, String) {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_slotkeeper"))
-        .args(["upgrade", "plan", "--manifests"])
-        .arg(manifests)
-        .arg("--kubeconfig")
-        .arg(env.kubeconfig())
-        .output()
-        .unwrap();
-    (out.status.code(), format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)))
+    common::release::upgrade_cli(env, &["plan", "--manifests", manifests.to_str().unwrap()])
 }
 
 fn resource_version(env: &slotkeeper_env::Environment) -> String {

@@ -69,28 +69,7 @@ async fn approve_in_the_console(env: &slotkeeper_env::Environment, client: &kube
     let selector = kube::api::ListParams::default().labels("app.kubernetes.io/name=slotkeeper");
     let list = pods.list(&selector).await.unwrap();
     let ip = pod_ip(list.items.iter().find(|p| pod_ready(p)).expect("a ready operator Pod"));
-    let same_site = "Sec-Fetch-Site: same-origin".to_string();
-    // A form post from a page (not a script): answered with a redirect.
-    let html = "Accept: text/html".to_string();
-    let form = format!("token={}", user_token(env, "alice"));
-    let (status, head, _) = operator::http_request_to(
-        &ip,
-        8080,
-        "POST",
-        "/actions/sign-in",
-        &[same_site.clone(), html.clone()],
-        Some(&form),
-    )
-    .await;
-    assert_eq!(status, 302, "{head}");
-    let cookie = head
-        .lines()
-        .filter_map(|l| l.strip_prefix("set-cookie: "))
-        .find(|c| c.starts_with("slotkeeper_session="))
-        .and_then(|c| c.split(';').next())
-        .expect("a session cookie")
-        .to_owned();
-    let cookie = format!("Cookie: {cookie}");
+    let cookie = operator::console_session(&ip, 8080, &user_token(env, "alice")).await;
     let (status, _, body) =
         operator::http_request_to(&ip, 8080, "GET", "/upgrades", std::slice::from_ref(&cookie), None).await;
     assert_eq!(status, 200, "{body}");
@@ -103,7 +82,7 @@ async fn approve_in_the_console(env: &slotkeeper_env::Environment, client: &kube
         8080,
         "POST",
         "/actions/approve-upgrade-step",
-        &[cookie, same_site, html],
+        &[cookie, "Sec-Fetch-Site: same-origin".into(), "Accept: text/html".into()],
         Some(&form),
     )
     .await;

@@ -258,6 +258,28 @@ pub async fn http_request_to(
     (status, head.to_owned(), body.to_owned())
 }
 
+/// Signs in to the console at `host:port` with a bearer token, as a form
+/// post from its own page; returns the `Cookie:` header of the session.
+pub async fn console_session(host: &str, port: u16, token: &str) -> String {
+    let (status, head, _) = http_request_to(
+        host,
+        port,
+        "POST",
+        "/actions/sign-in",
+        &["Sec-Fetch-Site: same-origin".into(), "Accept: text/html".into()],
+        Some(&format!("token={token}")),
+    )
+    .await;
+    assert_eq!(status, 302, "{head}");
+    let cookie = head
+        .lines()
+        .filter_map(|l| l.strip_prefix("set-cookie: "))
+        .find(|c| c.starts_with("slotkeeper_session="))
+        .and_then(|c| c.split(';').next())
+        .expect("a session cookie");
+    format!("Cookie: {cookie}")
+}
+
 /// GET on 127.0.0.1:`port`; (2xx, body).
 pub async fn http_get(port: u16, path: &str) -> (bool, String) {
     use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};

@@ -63,20 +63,25 @@ pub async fn read(client: &Client, crd_names: &[String]) -> Result<Installed, Re
     Ok(Installed { crds, operator_image, pod_images, clusters })
 }
 
-/// Every RedisCluster, read at the installed storage version and converted to v1.
-pub async fn clusters(client: &Client, crds: &[CustomResourceDefinition]) -> Result<Vec<InstalledCluster>, ReadError> {
-    let Some(crd) = crds.iter().find(|c| c.spec.names.kind == RedisCluster::kind(&())) else {
-        return Ok(Vec::new());
-    };
-    let version = storage_version(crd).unwrap_or("v1alpha1");
-    let resource = ApiResource {
+/// `crd`'s kind at `version`, for a dynamic client.
+pub fn resource_at(crd: &CustomResourceDefinition, version: &str) -> ApiResource {
+    ApiResource {
         group: crd.spec.group.clone(),
         version: version.into(),
         api_version: format!("{}/{version}", crd.spec.group),
         kind: crd.spec.names.kind.clone(),
         plural: crd.spec.names.plural.clone(),
+    }
+}
+
+/// Every RedisCluster, read at the installed storage version and converted to v1.
+pub async fn clusters(client: &Client, crds: &[CustomResourceDefinition]) -> Result<Vec<InstalledCluster>, ReadError> {
+    let Some(crd) = crds.iter().find(|c| c.spec.names.kind == RedisCluster::kind(&())) else {
+        return Ok(Vec::new());
     };
-    let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
+    // The apiserver refuses a CRD without exactly one storage version.
+    let Some(version) = storage_version(crd) else { return Ok(Vec::new()) };
+    let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource_at(crd, version));
     let list = api.list(&ListParams::default()).await.map_err(kube_err(format!("RedisClusters at {version}")))?;
     let mut clusters = Vec::new();
     for object in list.items {

@@ -4,7 +4,7 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{ApiResource, DynamicObject, ListParams};
+use kube::api::{DynamicObject, ListParams};
 use kube::{Api, Client};
 use slotkeeper_api::self_upgrade::{
     LEASE_ANNOTATED_BY_ANNOTATION, LEASE_RECONCILED_ANNOTATION, LEASE_RELEASE_ANNOTATION, MANAGER_DEPLOYMENT,
@@ -128,13 +128,6 @@ fn operator_state(deployment: &Deployment, pod_images: Vec<String>) -> OperatorS
 
 /// Whether the apiserver answers a list of `crd`'s kind at `version`.
 async fn lists_at(client: &Client, crd: &CustomResourceDefinition, version: &str) -> bool {
-    let resource = ApiResource {
-        group: crd.spec.group.clone(),
-        version: version.into(),
-        api_version: format!("{}/{version}", crd.spec.group),
-        kind: crd.spec.names.kind.clone(),
-        plural: crd.spec.names.plural.clone(),
-    };
-    let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
+    let api: Api<DynamicObject> = Api::all_with(client.clone(), &installed::resource_at(crd, version));
     api.list(&ListParams::default().limit(1)).await.is_ok()
 }
