@@ -16,6 +16,8 @@ use crate::operation::RedisOperationSpec;
 use crate::rollout::{RolloutSpec, UpgradeSpec};
 use crate::{RedisCluster, RedisOperation, v1alpha1};
 
+pub mod wire;
+
 #[derive(Debug, thiserror::Error)]
 pub enum ConversionError {
     #[error("object has no apiVersion or kind")]
@@ -37,6 +39,20 @@ struct V1OnlyFields {
 }
 
 pub fn cluster_to_v1(old: v1alpha1::RedisCluster) -> RedisCluster {
+    let mut metadata = old.metadata;
+    let carried: V1OnlyFields = take_annotation(&mut metadata.annotations);
+    RedisCluster { metadata, spec: cluster_spec_to_v1(old.spec, carried), status: old.status }
+}
+
+pub fn cluster_to_v1alpha1(new: RedisCluster) -> v1alpha1::RedisCluster {
+    let (spec, carried) = cluster_spec_to_v1alpha1(new.spec);
+    let mut metadata = new.metadata;
+    put_annotation(&mut metadata.annotations, &carried);
+    v1alpha1::RedisCluster { metadata, spec, status: new.status }
+}
+
+/// A `v1alpha1` spec in `v1`'s shape, with the fields it carried for `v1`.
+fn cluster_spec_to_v1(old: v1alpha1::RedisClusterSpec, carried: V1OnlyFields) -> RedisClusterSpec {
     let v1alpha1::RedisClusterSpec {
         masters,
         replicas_per_master,
@@ -50,10 +66,8 @@ pub fn cluster_to_v1(old: v1alpha1::RedisCluster) -> RedisCluster {
         upgrade,
         paused,
         scheduling,
-    } = old.spec;
-    let mut metadata = old.metadata;
-    let carried: V1OnlyFields = take_annotation(&mut metadata.annotations);
-    let spec = RedisClusterSpec {
+    } = old;
+    RedisClusterSpec {
         masters,
         replicas_per_master,
         redis: RedisSpec { engine, version, image, config },
@@ -67,11 +81,11 @@ pub fn cluster_to_v1(old: v1alpha1::RedisCluster) -> RedisCluster {
         placement: carried.placement,
         paused,
         scheduling,
-    };
-    RedisCluster { metadata, spec, status: old.status }
+    }
 }
 
-pub fn cluster_to_v1alpha1(new: RedisCluster) -> v1alpha1::RedisCluster {
+/// A `v1` spec in `v1alpha1`'s shape, and the fields `v1alpha1` cannot hold.
+fn cluster_spec_to_v1alpha1(new: RedisClusterSpec) -> (v1alpha1::RedisClusterSpec, V1OnlyFields) {
     let RedisClusterSpec {
         masters,
         replicas_per_master,
@@ -83,9 +97,7 @@ pub fn cluster_to_v1alpha1(new: RedisCluster) -> v1alpha1::RedisCluster {
         placement,
         paused,
         scheduling,
-    } = new.spec;
-    let mut metadata = new.metadata;
-    put_annotation(&mut metadata.annotations, &V1OnlyFields { placement });
+    } = new;
     let spec = v1alpha1::RedisClusterSpec {
         masters,
         replicas_per_master,
@@ -103,19 +115,25 @@ pub fn cluster_to_v1alpha1(new: RedisCluster) -> v1alpha1::RedisCluster {
         paused,
         scheduling,
     };
-    v1alpha1::RedisCluster { metadata, spec, status: new.status }
+    (spec, V1OnlyFields { placement })
 }
 
 pub fn operation_to_v1(old: v1alpha1::RedisOperation) -> RedisOperation {
-    let v1alpha1::RedisOperationSpec { cluster, type_, failover } = old.spec;
-    let spec = RedisOperationSpec { cluster_name: cluster, type_, failover };
-    RedisOperation { metadata: old.metadata, spec, status: old.status }
+    RedisOperation { metadata: old.metadata, spec: operation_spec_to_v1(old.spec), status: old.status }
 }
 
 pub fn operation_to_v1alpha1(new: RedisOperation) -> v1alpha1::RedisOperation {
-    let RedisOperationSpec { cluster_name, type_, failover } = new.spec;
-    let spec = v1alpha1::RedisOperationSpec { cluster: cluster_name, type_, failover };
-    v1alpha1::RedisOperation { metadata: new.metadata, spec, status: new.status }
+    v1alpha1::RedisOperation { metadata: new.metadata, spec: operation_spec_to_v1alpha1(new.spec), status: new.status }
+}
+
+fn operation_spec_to_v1(old: v1alpha1::RedisOperationSpec) -> RedisOperationSpec {
+    let v1alpha1::RedisOperationSpec { cluster, type_, failover } = old;
+    RedisOperationSpec { cluster_name: cluster, type_, failover }
+}
+
+fn operation_spec_to_v1alpha1(new: RedisOperationSpec) -> v1alpha1::RedisOperationSpec {
+    let RedisOperationSpec { cluster_name, type_, failover } = new;
+    v1alpha1::RedisOperationSpec { cluster: cluster_name, type_, failover }
 }
 
 /// Moves the fields `v1alpha1` cannot hold out of its annotation. An
@@ -154,50 +172,26 @@ fn served(kind: &str) -> Option<[String; 2]> {
     }
 }
 
-/// Converts one object, as the apiserver sends it in a `ConversionReview`,
-/// to `desired_api_version`.
+/// Converts one object to `desired_api_version`: [`wire::convert`] on its JSON text.
 pub fn convert(object: Value, desired_api_version: &str) -> Result<Value, ConversionError> {
-    let api_version = object.get("apiVersion").and_then(Value::as_str).ok_or(ConversionError::MissingTypeMeta)?;
-    let kind = object.get("kind").and_then(Value::as_str).ok_or(ConversionError::MissingTypeMeta)?.to_string();
-    if api_version == desired_api_version {
-        return Ok(object);
-    }
-    let [old, new] = served(&kind).ok_or_else(|| ConversionError::UnknownKind(kind.clone()))?;
-    let upgrading = api_version == old && desired_api_version == new;
-    let downgrading = api_version == new && desired_api_version == old;
-    if !upgrading && !downgrading {
-        return Err(ConversionError::UnknownVersion {
-            kind,
-            from: api_version.into(),
-            to: desired_api_version.into(),
+    let converted = wire::convert(&object.to_string(), desired_api_version)?;
+    Ok(serde_json::from_str(converted.get()).expect("the converter writes JSON"))
+}
+
+/// Whether converting `kind` from `from` to `to` goes to the newer version
+/// (`true`) or to the older one; an error for anything else.
+fn upgrading(kind: &str, from: &str, to: &str) -> Result<bool, ConversionError> {
+    let [old, new] = served(kind).ok_or_else(|| ConversionError::UnknownKind(kind.to_string()))?;
+    match (from == old, to == new, from == new, to == old) {
+        (true, true, _, _) => Ok(true),
+        (_, _, true, true) => Ok(false),
+        _ => Err(ConversionError::UnknownVersion {
+            kind: kind.into(),
+            from: from.into(),
+            to: to.into(),
             known: format!("{old} and {new}"),
-        });
+        }),
     }
-    let from = api_version.to_string();
-    match (kind.as_str(), upgrading) {
-        ("RedisCluster", true) => Ok(to_value(cluster_to_v1(parse(object, &kind, &from)?))),
-        ("RedisCluster", false) => Ok(to_value(cluster_to_v1alpha1(parse(object, &kind, &from)?))),
-        ("RedisOperation", true) => Ok(to_value(operation_to_v1(parse(object, &kind, &from)?))),
-        _ => Ok(to_value(operation_to_v1alpha1(parse(object, &kind, &from)?))),
-    }
-}
-
-fn parse<K: serde::de::DeserializeOwned>(object: Value, kind: &str, api_version: &str) -> Result<K, ConversionError> {
-    let name = object.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("(unnamed)").to_string();
-    serde_json::from_value(object).map_err(|source| ConversionError::Invalid {
-        kind: kind.into(),
-        name,
-        api_version: api_version.into(),
-        source,
-    })
-}
-
-/// The typed object as JSON, its `apiVersion` and `kind` included.
-fn to_value<K: Resource<DynamicType = ()> + Serialize>(object: K) -> Value {
-    let mut value = serde_json::to_value(&object).expect("plain data serializes");
-    value["apiVersion"] = K::api_version(&()).into();
-    value["kind"] = K::kind(&()).into();
-    value
 }
 
 #[cfg(test)]

@@ -174,6 +174,65 @@ proptest! {
     }
 }
 
+/// What the typed functions make of an object, as JSON with its type.
+fn typed<K: Resource<DynamicType = ()> + Serialize>(object: K) -> serde_json::Value {
+    let mut value = json(&object);
+    value["apiVersion"] = K::api_version(&()).into();
+    value["kind"] = K::kind(&()).into();
+    without_nulls(value)
+}
+
+/// What the webhook's JSON conversion makes of the typed object `sent`.
+fn by_wire<K: Resource<DynamicType = ()> + Serialize>(sent: K, desired: &str) -> serde_json::Value {
+    let converted = wire::convert(&typed(sent).to_string(), desired).unwrap();
+    without_nulls(serde_json::from_str(converted.get()).unwrap())
+}
+
+proptest! {
+    #[test]
+    fn the_webhooks_json_conversion_to_v1_is_the_typed_one(old in old_cluster()) {
+        prop_assert_eq!(by_wire(old.clone(), &RedisCluster::api_version(&())), typed(cluster_to_v1(old)));
+    }
+
+    #[test]
+    fn the_webhooks_json_conversion_to_v1alpha1_is_the_typed_one(new in new_cluster()) {
+        let desired = v1alpha1::RedisCluster::api_version(&());
+        prop_assert_eq!(by_wire(new.clone(), &desired), typed(cluster_to_v1alpha1(new)));
+    }
+
+    #[test]
+    fn the_webhooks_json_conversion_of_operations_is_the_typed_one((metadata, cluster, type_, failover, status) in operation_parts()) {
+        let old = v1alpha1::RedisOperation { metadata: metadata.clone(), spec: v1alpha1::RedisOperationSpec { cluster: cluster.clone(), type_, failover: failover.clone() }, status: status.clone() };
+        prop_assert_eq!(by_wire(old.clone(), &RedisOperation::api_version(&())), typed(operation_to_v1(old)));
+        let new = RedisOperation { metadata, spec: RedisOperationSpec { cluster_name: cluster, type_, failover }, status };
+        prop_assert_eq!(by_wire(new.clone(), &v1alpha1::RedisOperation::api_version(&())), typed(operation_to_v1alpha1(new)));
+    }
+}
+
+/// Metadata and status the conversion has no reason to read reach the
+/// apiserver as it sent them, fields this release does not know included.
+#[test]
+fn metadata_and_status_pass_through_as_sent() {
+    let sent = r#"{"apiVersion":"slotkeeper.io/v1","kind":"RedisCluster","metadata":{"name":"c","managedFields":[{"manager":"kubectl","fieldsV1":{"f:spec":{}}}],"futureField":1},"spec":{"masters":3,"redis":{"version":"7.0.15"}},"status":{"phase":"Running","futureStatus":true}}"#;
+    let converted = wire::convert(sent, "slotkeeper.io/v1alpha1").unwrap();
+    let text = converted.get();
+    assert!(text.contains(r#""metadata":{"name":"c","managedFields":[{"manager":"kubectl","fieldsV1":{"f:spec":{}}}],"futureField":1}"#), "{text}");
+    assert!(text.contains(r#""status":{"phase":"Running","futureStatus":true}"#), "{text}");
+    assert!(text.contains(r#""spec":{"masters":3"#) && text.contains(r#""version":"7.0.15""#), "{text}");
+    let not_an_object = wire::convert("[1]", "slotkeeper.io/v1").unwrap_err();
+    assert!(matches!(not_an_object, ConversionError::MissingTypeMeta), "{not_an_object}");
+    let no_spec = wire::convert(
+        r#"{"apiVersion":"slotkeeper.io/v1","kind":"RedisCluster","metadata":{"name":"c"}}"#,
+        "slotkeeper.io/v1alpha1",
+    );
+    assert!(
+        no_spec
+            .unwrap_err()
+            .to_string()
+            .contains("RedisCluster c is not a valid slotkeeper.io/v1 object: missing field `spec`")
+    );
+}
+
 #[test]
 fn v1_groups_the_servers_settings_and_renames_upgrade_to_rollout() {
     let old: v1alpha1::RedisCluster = serde_json::from_value(serde_json::json!({
