@@ -275,7 +275,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     // what the caches are about to watch.
     let webhook_config = args.webhook.config(&args.leader_election_namespace)?;
     let keeper = Keeper::start(client.clone(), webhook_config).await?;
-    let mut webhook = tokio::spawn(keeper.clone().serve());
+    let mut webhook = tokio::spawn(keeper.clone().serve(metrics.clone()));
     tokio::spawn(keeper.clone().follow());
     tokio::spawn(manage_upgrades(
         client.clone(),

@@ -27,6 +27,11 @@ pub struct ResultLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReviewLabels {
+    pub result: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RequestLabels {
     pub method: String,
     pub code: String,
@@ -62,6 +67,9 @@ pub struct Metrics {
     pub rollout_in_progress: Family<ClusterLabels, Gauge>,
     pub rollout_steps_total: Family<ClusterLabels, Counter>,
     pub rollout_rollbacks_total: Family<ClusterLabels, Counter>,
+    pub conversion_reviews_total: Family<ReviewLabels, Counter>,
+    pub conversion_objects_total: Counter,
+    pub conversion_review_seconds: Histogram,
 }
 
 /// Reconcile-time buckets in seconds: fine below 50 ms, where a steady-state
@@ -69,6 +77,10 @@ pub struct Metrics {
 /// slot-moving steps land.
 const RECONCILE_BUCKETS: [f64; 16] =
     [0.001, 0.002, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];
+
+/// Conversion-review buckets in seconds: fine around the 5 ms target for a
+/// 1,000-object list.
+const REVIEW_BUCKETS: [f64; 12] = [0.0005, 0.001, 0.002, 0.003, 0.004, 0.005, 0.0075, 0.01, 0.025, 0.05, 0.1, 0.5];
 
 impl Default for Metrics {
     fn default() -> Self {
@@ -87,6 +99,9 @@ impl Default for Metrics {
         let rollout_in_progress = Family::<ClusterLabels, Gauge>::default();
         let rollout_steps_total = Family::<ClusterLabels, Counter>::default();
         let rollout_rollbacks_total = Family::<ClusterLabels, Counter>::default();
+        let conversion_reviews_total = Family::<ReviewLabels, Counter>::default();
+        let conversion_objects_total = Counter::default();
+        let conversion_review_seconds = Histogram::new(REVIEW_BUCKETS);
         // prometheus-client appends `_total` to counters itself.
         registry.register("controller_runtime_reconcile", "Reconciles by result", reconcile_total.clone());
         registry.register(
@@ -131,6 +146,21 @@ impl Default for Metrics {
             "Rollouts rolled back after a failed gate",
             rollout_rollbacks_total.clone(),
         );
+        registry.register(
+            "slotkeeper_conversion_reviews",
+            "ConversionReviews answered by this replica's webhook, by result",
+            conversion_reviews_total.clone(),
+        );
+        registry.register(
+            "slotkeeper_conversion_objects",
+            "Objects in the ConversionReviews this replica's webhook answered",
+            conversion_objects_total.clone(),
+        );
+        registry.register(
+            "slotkeeper_conversion_review_seconds",
+            "Time to answer one ConversionReview, from its body read to its answer written",
+            conversion_review_seconds.clone(),
+        );
         Self {
             registry,
             reconcile_total,
@@ -144,6 +174,9 @@ impl Default for Metrics {
             rollout_in_progress,
             rollout_steps_total,
             rollout_rollbacks_total,
+            conversion_reviews_total,
+            conversion_objects_total,
+            conversion_review_seconds,
         }
     }
 }
@@ -176,6 +209,13 @@ impl Metrics {
         if result == "error" {
             self.reconcile_errors_total.get_or_create(&ControllerLabels { controller: CONTROLLER.into() }).inc();
         }
+    }
+
+    /// One ConversionReview answered with `result` (`Success`, `Failure`, `BadRequest`).
+    pub fn conversion_finished(&self, result: &str, objects: usize, took: std::time::Duration) {
+        self.conversion_reviews_total.get_or_create(&ReviewLabels { result: result.into() }).inc();
+        self.conversion_objects_total.inc_by(objects as u64);
+        self.conversion_review_seconds.observe(took.as_secs_f64());
     }
 
     pub fn forget_cluster(&self, labels: &ClusterLabels) {

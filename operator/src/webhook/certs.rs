@@ -179,7 +179,7 @@ pub fn to_secret_data(authority: &Authority, serving: &ServingCert) -> BTreeMap<
 pub fn renewal(authority: &Authority, serving: &ServingCert, sans: &[String], now: SystemTime) -> Renewal {
     if authority_needs_renewal(authority, now) {
         Renewal::NewAuthority
-    } else if serving_needs_renewal(authority, serving, sans, now) {
+    } else if serving_due(authority, serving, sans, now) {
         Renewal::NewServing
     } else {
         Renewal::Keep
@@ -205,7 +205,8 @@ fn authority_needs_renewal(authority: &Authority, now: SystemTime) -> bool {
     ca.validity.is_due(now) || ca.ensure_key_matches(CA_KEY_KEY, &authority.ca_key_pem).is_err()
 }
 
-fn serving_needs_renewal(authority: &Authority, serving: &ServingCert, sans: &[String], now: SystemTime) -> bool {
+/// Whether the serving certificate itself is due, whatever the CA's state.
+pub fn serving_due(authority: &Authority, serving: &ServingCert, sans: &[String], now: SystemTime) -> bool {
     let Ok(leaf) = CertFacts::parse(TLS_CERT_KEY, &serving.cert_pem) else {
         return true;
     };

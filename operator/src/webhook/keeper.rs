@@ -27,7 +27,9 @@ use slotkeeper_api::names::{FIELD_MANAGER, LABEL_MANAGED_BY};
 use super::certs::{self, Authority, CertError, Renewal, ServingCert};
 use super::endpoint::{Endpoint, WebhookConfig};
 use super::probe::{ProbeError, probe};
+use super::rotation::{self, Step};
 use super::tls::{ReloadableCert, TlsError};
+use crate::metrics::Metrics;
 
 /// The CA a replaced CA's serving certificates chain to, kept in the bundle.
 pub const PREVIOUS_CA_KEY: &str = "ca-previous.crt";
@@ -36,6 +38,9 @@ pub const PREVIOUS_CA_KEY: &str = "ca-previous.crt";
 /// use the new caBundle (measured here: conversions failed for 0.9 s after
 /// the first one was set).
 const BUNDLE_SETTLE: Duration = Duration::from_secs(10);
+/// How long a storage migration may take before a CA replacement it holds
+/// back is late; a shorter CA lifetime than three times this is warned of.
+const MIGRATION_HEADROOM: Duration = Duration::from_secs(30 * 60);
 /// How often the leader looks at the CRDs even when no certificate is due.
 const TEND_AT_LEAST_EVERY: Duration = Duration::from_secs(10);
 
@@ -91,6 +96,13 @@ impl Keeper {
     /// Reads the Secret, creating it the first time, and loads its serving
     /// certificate: after this the webhook can answer.
     pub async fn start(client: Client, config: WebhookConfig) -> Result<Arc<Keeper>> {
+        let headroom = config.lifetimes.ca / 3;
+        if headroom < MIGRATION_HEADROOM {
+            tracing::warn!(
+                headroom_seconds = headroom.as_secs(),
+                "the webhook CA's last third of life is short: a CA replacement due during a storage migration waits for it, and conversions fail if the CA expires first"
+            );
+        }
         let stored = load_or_create(&client, &config).await?;
         let certs = ReloadableCert::new(&stored.serving.cert_pem, &stored.serving.key_pem)?;
         let served = Mutex::new(stored.serving.cert_pem);
@@ -100,7 +112,7 @@ impl Keeper {
     /// Serves `/convert` over HTTPS until the process stops. The port is
     /// shared (`SO_REUSEPORT`) so that replicas on one host, as in the local
     /// environment, all answer at the one URL the CRDs name.
-    pub async fn serve(self: Arc<Self>) -> std::io::Result<()> {
+    pub async fn serve(self: Arc<Self>, metrics: Arc<Metrics>) -> std::io::Result<()> {
         let socket = match self.config.listen {
             SocketAddr::V4(_) => tokio::net::TcpSocket::new_v4()?,
             SocketAddr::V6(_) => tokio::net::TcpSocket::new_v6()?,
@@ -110,7 +122,7 @@ impl Keeper {
         socket.bind(self.config.listen)?;
         let listener = socket.listen(1024)?;
         tracing::info!(addr = %self.config.listen, "serving the conversion webhook over HTTPS");
-        super::tls::serve_https(listener, super::review::router(), self.certs.clone()).await
+        super::tls::serve_https(listener, super::review::router(metrics), self.certs.clone()).await
     }
 
     /// Every replica: serves the Secret's serving certificate within
@@ -167,15 +179,22 @@ impl Keeper {
         let bundled = self.point_crds(&crds, &stored).await?;
         let now = SystemTime::now();
         let sans = self.config.endpoint.subject_alt_names();
-        match certs::renewal(&stored.authority, &stored.serving, &sans, now) {
-            Renewal::Keep => {}
-            Renewal::NewAuthority => self.replace_authority(&stored, now).await?,
-            // Step 3 waits until every CRD trusts the new CA.
-            Renewal::NewServing if !bundled => {
+        let renewal = certs::renewal(&stored.authority, &stored.serving, &sans, now);
+        let migration = if renewal == Renewal::NewAuthority { migration_running(&self.client).await? } else { None };
+        let serving_due = certs::serving_due(&stored.authority, &stored.serving, &sans, now);
+        match rotation::step(renewal, serving_due, bundled, migration.is_some()) {
+            Step::Keep => {}
+            Step::ReplaceAuthority => self.replace_authority(&stored, now).await?,
+            Step::ReplaceServing => self.replace_serving(&stored, now).await?,
+            Step::WaitForBundle => {
                 tracing::info!("a new serving certificate waits until the CRDs trust its CA");
                 return Ok(Duration::from_secs(5));
             }
-            Renewal::NewServing => self.replace_serving(&stored, now).await?,
+            Step::AuthorityWaitsForMigration => {
+                let migration = migration.unwrap_or_default();
+                tracing::info!(%migration, "the webhook's CA is due; its replacement waits for the storage migration");
+                return Ok(Duration::from_secs(5));
+            }
         }
         Ok(certs::next_check(&stored.authority, &stored.serving, now))
     }

@@ -7,6 +7,7 @@ pub mod endpoint;
 pub mod keeper;
 pub mod probe;
 pub mod review;
+pub mod rotation;
 pub mod tls;
 
 pub use endpoint::{Endpoint, WebhookConfig};

@@ -1,88 +1,108 @@
 //! `POST /convert`: the apiserver's `ConversionReview`s, answered with the API
 //! crate's pure conversion. Reads no custom resource and no cache, so a
 //! replica answers from its first second, leader or not.
+//!
+//! The apiserver converts a whole list in one review (1,000 objects are
+//! about 630 KiB), so the review is read and written as text: each object is
+//! borrowed from the request body and converted by
+//! [`slotkeeper_api::conversion::wire`], never built as a JSON tree.
 
-use axum::Json;
+use std::sync::Arc;
+use std::time::Instant;
+
 use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{DefaultBodyLimit, State};
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use kube::core::Status;
-use kube::core::conversion::{ConversionRequest, ConversionResponse, ConversionReview};
+use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
 
 pub use slotkeeper_api::names::WEBHOOK_PATH as PATH;
 
-pub fn router() -> Router {
-    Router::new().route(PATH, post(convert))
+use crate::metrics::Metrics;
+
+/// The largest review accepted: a list of about 100,000 clusters. The
+/// apiserver sends a list at a version it does not store as one review;
+/// axum's default (2 MiB) would refuse a list of a few thousand.
+const MAX_REVIEW_BYTES: usize = 64 * 1024 * 1024;
+const REVIEW_API_VERSION: &str = "apiextensions.k8s.io/v1";
+
+pub fn router(metrics: Arc<Metrics>) -> Router {
+    Router::new().route(PATH, post(convert)).layer(DefaultBodyLimit::max(MAX_REVIEW_BYTES)).with_state(metrics)
 }
 
-async fn convert(Json(review): Json<ConversionReview>) -> Json<ConversionReview> {
-    Json(answer(review))
+#[derive(Deserialize)]
+struct Incoming<'a> {
+    #[serde(borrow)]
+    request: Option<Request<'a>>,
+}
+
+#[derive(Deserialize)]
+struct Request<'a> {
+    uid: String,
+    #[serde(rename = "desiredAPIVersion")]
+    desired_api_version: String,
+    #[serde(borrow, default)]
+    objects: Vec<&'a RawValue>,
+}
+
+#[derive(Serialize)]
+struct Outgoing {
+    #[serde(rename = "apiVersion")]
+    api_version: &'static str,
+    kind: &'static str,
+    response: Answer,
+}
+
+#[derive(Serialize)]
+struct Answer {
+    uid: String,
+    result: Status,
+    #[serde(rename = "convertedObjects")]
+    converted_objects: Vec<Box<RawValue>>,
+}
+
+async fn convert(State(metrics): State<Arc<Metrics>>, body: Bytes) -> Response {
+    let started = Instant::now();
+    let (answer, result, objects) = match serde_json::from_slice::<Incoming>(&body) {
+        Ok(Incoming { request: Some(request) }) => {
+            let objects = request.objects.len();
+            let (answer, result) = answer(request);
+            let body = serde_json::to_vec(&answer).expect("plain data serializes");
+            (([(header::CONTENT_TYPE, "application/json")], body).into_response(), result, objects)
+        }
+        Ok(Incoming { request: None }) => (bad_request("the ConversionReview has no request".into()), "BadRequest", 0),
+        Err(error) => (bad_request(format!("not a ConversionReview: {error}")), "BadRequest", 0),
+    };
+    metrics.conversion_finished(result, objects, started.elapsed());
+    answer
+}
+
+fn bad_request(message: String) -> Response {
+    tracing::warn!(%message, "conversion review refused");
+    (StatusCode::BAD_REQUEST, message).into_response()
 }
 
 /// The answer to one review: every object converted, or the first failure
-/// (the apiserver takes all or nothing, in the same order).
-pub fn answer(review: ConversionReview) -> ConversionReview {
-    let request = match ConversionRequest::from_review(review) {
-        Ok(request) => request,
-        Err(error) => {
-            return ConversionResponse::invalid(Status::failure(&error.to_string(), "BadRequest")).into_review();
-        }
-    };
-    let desired = request.desired_api_version.clone();
+/// (the apiserver takes all or nothing, in the same order); and its result.
+fn answer(request: Request) -> (Outgoing, &'static str) {
+    let desired = &request.desired_api_version;
     let converted: Result<Vec<_>, _> =
-        request.objects.iter().cloned().map(|object| slotkeeper_api::conversion::convert(object, &desired)).collect();
-    let response = ConversionResponse::for_request(request);
-    match converted {
-        Ok(objects) => response.success(objects),
+        request.objects.iter().map(|object| slotkeeper_api::conversion::wire::convert(object.get(), desired)).collect();
+    let (result, converted_objects, label) = match converted {
+        Ok(objects) => (Status::success(), objects, "Success"),
         Err(error) => {
             tracing::warn!(%error, desired_api_version = %desired, "conversion refused");
-            response.failure(Status::failure(&error.to_string(), "ConversionFailed"))
+            (Status::failure(&error.to_string(), "ConversionFailed"), Vec::new(), "Failure")
         }
-    }
-    .into_review()
+    };
+    let answer = Answer { uid: request.uid, result, converted_objects };
+    (Outgoing { api_version: REVIEW_API_VERSION, kind: "ConversionReview", response: answer }, label)
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use kube::Resource as _;
-    use slotkeeper_api::{RedisCluster, v1alpha1};
-
-    fn review(objects: Vec<serde_json::Value>, desired: &str) -> ConversionReview {
-        serde_json::from_value(serde_json::json!({
-            "apiVersion": "apiextensions.k8s.io/v1", "kind": "ConversionReview",
-            "request": {"uid": "u-1", "desiredAPIVersion": desired, "objects": objects}
-        }))
-        .unwrap()
-    }
-
-    fn old_cluster(name: &str) -> serde_json::Value {
-        serde_json::json!({"apiVersion": v1alpha1::RedisCluster::api_version(&()), "kind": "RedisCluster",
-            "metadata": {"name": name, "namespace": "n", "uid": name}, "spec": {"masters": 3, "version": "7.0.15"}})
-    }
-
-    #[test]
-    fn every_object_comes_back_converted_in_order_with_the_requests_uid() {
-        let answered = answer(review(vec![old_cluster("a"), old_cluster("b")], &RedisCluster::api_version(&())));
-        let json = serde_json::to_value(&answered).unwrap();
-        assert_eq!(json["response"]["uid"], "u-1");
-        assert_eq!(json["response"]["result"]["status"], "Success");
-        let objects = json["response"]["convertedObjects"].as_array().unwrap();
-        assert_eq!(objects.iter().map(|o| o["metadata"]["name"].clone()).collect::<Vec<_>>(), ["a", "b"]);
-        assert!(
-            objects
-                .iter()
-                .all(|o| o["apiVersion"] == slotkeeper_api::API_VERSION && o["spec"]["redis"]["version"] == "7.0.15")
-        );
-    }
-
-    #[test]
-    fn a_failure_names_the_object_and_keeps_the_uid() {
-        let mut broken = old_cluster("bad");
-        broken["spec"]["masters"] = "three".into();
-        let answered = answer(review(vec![old_cluster("a"), broken], &RedisCluster::api_version(&())));
-        let json = serde_json::to_value(&answered).unwrap();
-        assert_eq!(json["response"]["uid"], "u-1");
-        assert_eq!(json["response"]["result"]["status"], "Failure");
-        assert!(json["response"]["result"]["message"].as_str().unwrap().contains("RedisCluster bad"));
-    }
-}
+#[path = "review_tests.rs"]
+mod tests;
