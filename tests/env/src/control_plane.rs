@@ -310,6 +310,17 @@ impl ControlPlane {
         &self.dir
     }
 
+    /// Stops kube-controller-manager (SIGSTOP) or lets it go on (SIGCONT):
+    /// meanwhile its controllers, the storage migrator among them, do
+    /// nothing. It runs without leader election, so it resumes as it was.
+    pub fn pause_controller_manager(&self, paused: bool) {
+        let process = self.processes.iter().find(|p| p.name() == "kube-controller-manager");
+        let pid = process.expect("kube-controller-manager runs").pid().to_string();
+        let signal = if paused { "-STOP" } else { "-CONT" };
+        let status = std::process::Command::new("kill").args([signal, &pid]).status();
+        assert!(status.is_ok_and(|s| s.success()), "kill {signal} {pid} failed");
+    }
+
     /// PIDs of the running components, for leak checks.
     pub fn pids(&self) -> Vec<u32> {
         self.processes.iter().map(ManagedProcess::pid).collect()
