@@ -101,6 +101,12 @@ pub async fn serve_https(listener: TcpListener, app: axum::Router, certs: Arc<Re
 }
 
 async fn serve_connection(acceptor: TlsAcceptor, tcp: TcpStream, peer: SocketAddr, app: axum::Router) {
+    // An answer is written in TLS records as it is produced: without this,
+    // Nagle's algorithm holds the last one for the peer's delayed ACK (a
+    // 1,000-object answer took 40-90 ms instead of 3).
+    if let Err(error) = tcp.set_nodelay(true) {
+        tracing::debug!(%peer, %error, "cannot set TCP_NODELAY on a webhook connection");
+    }
     let tls = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
         Ok(Ok(tls)) => tls,
         Ok(Err(error)) => {
