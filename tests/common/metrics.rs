@@ -9,8 +9,14 @@ pub fn sum(text: &str, prefix: &str) -> f64 {
 
 /// Cumulative histogram buckets (le → count) of the reconcile time.
 pub fn reconcile_buckets(text: &str) -> BTreeMap<String, f64> {
+    buckets(text, "controller_runtime_reconcile_time_seconds")
+}
+
+/// Cumulative buckets (le → count) of the histogram `name`.
+pub fn buckets(text: &str, name: &str) -> BTreeMap<String, f64> {
+    let prefix = format!("{name}_bucket");
     text.lines()
-        .filter(|l| l.starts_with("controller_runtime_reconcile_time_seconds_bucket"))
+        .filter(|l| l.starts_with(&prefix))
         .filter_map(|l| {
             let le = l.split("le=\"").nth(1)?.split('"').next()?.to_owned();
             Some((le, l.rsplit(' ').next()?.parse().ok()?))
@@ -18,8 +24,8 @@ pub fn reconcile_buckets(text: &str) -> BTreeMap<String, f64> {
         .collect()
 }
 
-/// The upper bound of the bucket holding quantile `q` of the reconciles
-/// between two readings of the histogram.
+/// The upper bound of the bucket holding quantile `q` of the observations
+/// between two readings of a histogram.
 pub fn quantile(before: &BTreeMap<String, f64>, after: &BTreeMap<String, f64>, q: f64) -> String {
     let mut rows: Vec<(f64, f64)> = after
         .iter()
