@@ -38,6 +38,34 @@ fn listed_at(env: &slotkeeper_env::Environment, version: &str) -> Result<BTreeSe
     Ok(items.iter().filter_map(|i| i["metadata"]["name"].as_str().map(String::from)).collect())
 }
 
+/// The clusters `kubectl get <resource> -A` lists, as a user types it; with
+/// `version`, every item must be at it. kubectl honors the version of
+/// `redisclusters.<version>.<group>`, but drops it from the short name's
+/// `rdc.<version>.<group>` and reads at the preferred version of its
+/// discovery cache: those are checked for answering with every cluster.
+fn listed_by_kubectl(
+    env: &slotkeeper_env::Environment,
+    resource: &str,
+    version: Option<&str>,
+) -> Result<BTreeSet<String>, String> {
+    let columns = r#"jsonpath={range .items[*]}{.apiVersion} {.metadata.name}{"\n"}{end}"#;
+    let (ok, out) = kubectl(env, &["get", resource, "-A", "-o", columns], None);
+    if !ok {
+        return Err(out);
+    }
+    let wanted = version.map(|v| format!("{}/{v}", slotkeeper_api::GROUP));
+    let mut names = BTreeSet::new();
+    for line in out.lines().filter(|l| !l.trim().is_empty() && !l.starts_with("Warning:")) {
+        match line.split_once(' ') {
+            Some((api_version, name)) if wanted.as_ref().is_none_or(|w| w == api_version) => {
+                names.insert(name.to_string())
+            }
+            _ => return Err(format!("kubectl get {resource}: {line:?}")),
+        };
+    }
+    Ok(names)
+}
+
 #[tokio::test]
 async fn slotkeeper_upgrades_itself_from_the_previous_release_with_redis_untouched() {
     let env = release_env();
@@ -142,15 +170,23 @@ async fn slotkeeper_upgrades_itself_from_the_previous_release_with_redis_untouch
         }
         reads += 1;
         let expected: BTreeSet<String> = CLUSTERS.iter().map(|(_, n)| n.to_string()).collect();
-        match listed_at(env, "v1alpha1") {
-            Ok(names) if names == expected => {}
-            other => read_failures.push(format!("v1alpha1 at {current:?}: {other:?}")),
-        }
         v1_served |= steps.iter().any(|(n, s)| n == "InstallCRDs" && s == "Succeeded");
-        if v1_served {
-            match listed_at(env, "v1") {
+        let versions: &[&str] = if v1_served { &["v1alpha1", "v1"] } else { &["v1alpha1"] };
+        for version in versions {
+            match listed_at(env, version) {
                 Ok(names) if names == expected => {}
-                other => read_failures.push(format!("v1 at {current:?}: {other:?}")),
+                other => read_failures.push(format!("{version} at {current:?}: {other:?}")),
+            }
+            let group = slotkeeper_api::GROUP;
+            let by_name = [
+                (format!("redisclusters.{version}.{group}"), Some(*version)),
+                (format!("rdc.{version}.{group}"), None),
+            ];
+            for (resource, at) in by_name {
+                match listed_by_kubectl(env, &resource, at) {
+                    Ok(names) if names == expected => {}
+                    other => read_failures.push(format!("kubectl get {resource} at {current:?}: {other:?}")),
+                }
             }
         }
         if condition_true(&plan, "Succeeded") {
