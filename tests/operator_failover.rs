@@ -152,19 +152,33 @@ async fn invalid_operations_fail_with_a_clear_message_and_change_nothing() {
         phases.contains(&Some(OperationPhase::Succeeded)) && phases.contains(&Some(OperationPhase::Failed)),
         "{phases:?}"
     );
+    let accepted = if first.phase == Some(OperationPhase::Succeeded) { &first } else { &second };
+    let to = accepted.to_pod.clone().unwrap();
     let refused = if first.phase == Some(OperationPhase::Failed) { first } else { second };
     assert!(refused.message.as_deref().unwrap().contains("is running on cluster duo"), "{:?}", refused.message);
 
     // Nothing changed where the requests were refused.
     let solo_after = wait_settled(&clusters, "solo", 3, 3, Duration::from_secs(30)).await;
     assert_eq!(masters(&solo), masters(&solo_after));
-    let changed = wait_until("duo's status shows the accepted failover", Duration::from_secs(10), || async {
+    let promoted = wait_until("duo's status shows the accepted failover", Duration::from_secs(30), || async {
         let after = clusters.get("duo").await.ok()?;
-        let changed: Vec<_> = masters(&duo).into_iter().filter(|m| !masters(&after).contains(m)).collect();
-        (!changed.is_empty()).then_some(changed)
+        let before: Vec<String> = masters(&duo).into_iter().map(|(pod, _)| pod).collect();
+        let promoted: Vec<String> =
+            masters(&after).into_iter().map(|(pod, _)| pod).filter(|pod| !before.contains(pod)).collect();
+        promoted.contains(&to).then_some(promoted)
     })
     .await;
-    assert_eq!(changed.len(), 1, "exactly the one accepted failover changed a master: {changed:?}");
+    // Any master besides the accepted one is the spread of masters over the
+    // Nodes moving around it, which says so in an event.
+    let spread = kubectl(
+        env,
+        &["get", "events", "-n", &ns, "--field-selector", "reason=MastersSpread", "-o", "jsonpath={.items[*].message}"],
+        None,
+    )
+    .1;
+    for pod in promoted.iter().filter(|pod| **pod != to) {
+        assert!(spread.contains(pod.as_str()), "{pod} became master without a MastersSpread event: {spread}");
+    }
     // The spec is immutable once created.
     let (ok, out) = kubectl(
         env,
@@ -172,4 +186,77 @@ async fn invalid_operations_fail_with_a_clear_message_and_change_nothing() {
         None,
     );
     assert!(!ok && out.contains("immutable"), "{out}");
+}
+
+/// Without persistent storage a deleted master's Pod comes back empty, as a
+/// new node: Redis promotes the replica, the operator makes the new node a
+/// replica (never a master of nothing), every node forgets the dead id, and
+/// nothing acknowledged is lost.
+#[tokio::test]
+async fn an_ephemeral_master_pod_deleted_comes_back_as_a_fresh_replica() {
+    let env = shared_env();
+    let _operator = shared_operator(env);
+    let kube = env.client().await.unwrap();
+    let ns = namespace(&kube, "ephemeral").await;
+    let clusters: Api<RedisCluster> = Api::namespaced(kube.clone(), &ns);
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(kube.clone(), &ns);
+    apply_cluster(env, &ns, "fleeting", 3, 1);
+    let cluster = wait_settled(&clusters, "fleeting", 3, 6, Duration::from_secs(180)).await;
+    let password = password(&kube, &ns, "fleeting").await;
+    let mut client = ClusterClient::new(node_ips(&cluster), &password).await;
+    let seeds = client.seed("seed", 10_000).await;
+    let writer = Writer::start(node_ips(&cluster), &password, "ack").await;
+    let follower = common::rollout::follow_pods(&writer, pods.clone(), "fleeting");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+
+    let status = cluster.status.as_ref().unwrap();
+    let victim = master_pods(&cluster)[0].clone();
+    let old_id = status.nodes.iter().find(|n| n.pod == victim).unwrap().node_id.clone().unwrap();
+    let slots = status.nodes.iter().find(|n| n.pod == victim).unwrap().slots.clone();
+    pods.delete(&victim, &kube::api::DeleteParams::default()).await.unwrap();
+    let back =
+        wait_until(&format!("{victim} back as a new node, everything settled"), Duration::from_secs(180), || async {
+            let c = clusters.get("fleeting").await.ok()?;
+            let status = c.status.as_ref()?;
+            let node = status.nodes.iter().find(|n| n.pod == victim)?;
+            let settled = status.phase == Some(slotkeeper_operator::api::Phase::Running)
+                && status.step.is_none()
+                && status.ready_masters == 3
+                && status.ready_replicas == 3;
+            (settled && node.node_id.as_deref().is_some_and(|id| id != old_id)).then_some(c)
+        })
+        .await;
+    let status = back.status.as_ref().unwrap();
+    let node = status.nodes.iter().find(|n| n.pod == victim).unwrap();
+    // Its shard's slots went to the promoted replica; the new node joined
+    // as that replica's replica (or, later, took the role back by a
+    // coordinated failover to spread masters, with the slots).
+    let holder = status.nodes.iter().find(|n| n.slots == slots && n.role.as_deref() == Some("master")).unwrap();
+    if node.role.as_deref() == Some("replica") {
+        assert_eq!(node.master_id, holder.node_id, "{victim} replicates the master of its old slots");
+    } else {
+        assert_eq!(holder.pod, victim, "{victim} is master again only with its shard's slots");
+    }
+    // No node remembers the dead id.
+    for ip in node_ips(&back) {
+        let mut c = redis::Client::open(format!("redis://:{password}@{ip}:6379/"))
+            .unwrap()
+            .get_multiplexed_async_connection()
+            .await
+            .unwrap();
+        let nodes: String = redis::cmd("CLUSTER").arg("NODES").query_async(&mut c).await.unwrap();
+        assert!(!nodes.contains(&old_id), "{ip} still knows the dead id {old_id}:\n{nodes}");
+        assert_eq!(nodes.lines().count(), 6, "{ip}: {nodes}");
+    }
+    let check = redis_cli_check(&node_ips(&back)[0], &password);
+    assert!(check.contains("[OK] All 16384 slots covered.") && !check.contains("[ERR]"), "{check}");
+    client = ClusterClient::new(node_ips(&back), &password).await;
+    assert_all_read_back(&mut client, &seeds, &writer, "an ephemeral master Pod deleted").await;
+    follower.abort();
+    let record = writer.stop().await;
+    eprintln!(
+        "ephemeral master deleted: {} acknowledged, {} errors, all read back",
+        record.acknowledged.len(),
+        record.errors
+    );
 }

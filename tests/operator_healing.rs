@@ -41,6 +41,22 @@ async fn recovers(api: &Api<RedisCluster>, name: &str, step: &str) -> (Vec<Phase
     }
 }
 
+/// Settled, with `victim` back as a replica, or as master again only where
+/// spreading masters over the Nodes moved it back (said in an event).
+async fn rejoined(api: &Api<RedisCluster>, kube: &kube::Client, ns: &str, victim: &str, step: &str) -> RedisCluster {
+    let cluster = wait_settled(api, "sturdy", 3, 6, Duration::from_secs(120)).await;
+    let role = cluster.status.as_ref().unwrap().nodes.iter().find(|n| n.pod == victim).unwrap().role.clone();
+    if role.as_deref() != Some("replica") {
+        let events = Api::<k8s_openapi::api::core::v1::Event>::namespaced(kube.clone(), ns);
+        let spread = events.list(&ListParams::default()).await.unwrap().items.into_iter().any(|e| {
+            e.reason.as_deref() == Some("MastersSpread")
+                && e.message.as_deref().is_some_and(|m| m.contains("promoted") && m.contains(victim))
+        });
+        assert!(spread, "{step}: {victim} is {role:?}, not a replica, and no MastersSpread event promoted it");
+    }
+    cluster
+}
+
 async fn verify(
     client: &mut ClusterClient,
     seeds: &[String],
@@ -109,11 +125,10 @@ async fn the_cluster_heals_from_crashes_deletions_lost_nodes_and_freezes() {
         })
         .await;
     }
-    let (seen, cluster) = recovers(&api, "sturdy", "master crash").await;
+    let (seen, _) = recovers(&api, "sturdy", "master crash").await;
     phases.extend(seen);
     assert!(phases.contains(&Phase::Recovering), "master crash: {phases:?}");
-    let role = cluster.status.as_ref().unwrap().nodes.iter().find(|n| n.pod == victim).unwrap().role.clone();
-    assert_eq!(role.as_deref(), Some("replica"), "the restarted {victim} is attached as a replica");
+    let cluster = rejoined(&api, &kube, &ns, &victim, "master crash").await;
     verify(&mut client, &seeds, &writer, &password, &cluster, "master crash").await;
 
     // 2. A master Pod is deleted: the replacement rejoins with its node id (persistent storage).
@@ -151,6 +166,17 @@ async fn the_cluster_heals_from_crashes_deletions_lost_nodes_and_freezes() {
     }
     verify(&mut client, &seeds, &writer, &password, &cluster, "node stopped").await;
     env.start_node(&node).await.unwrap();
+    // Back, the Node gets its share of the Pods again (replicas recreated
+    // there one at a time), and the cluster settles.
+    let cluster = wait_until(&format!("{node} holds two Pods again"), Duration::from_secs(300), || async {
+        let c = api.get("sturdy").await.ok()?;
+        let status = c.status.as_ref()?;
+        let on_node = status.nodes.iter().filter(|n| n.node.as_deref() == Some(node.as_str())).count();
+        let ready = status.conditions.iter().any(|c| c.type_ == "Ready" && c.status == "True");
+        (on_node == 2 && ready && status.step.is_none() && status.nodes.len() == 6).then_some(c)
+    })
+    .await;
+    verify(&mut client, &seeds, &writer, &password, &cluster, "node back").await;
 
     // 5. A frozen master is failed over and rejoins as a replica once thawed.
     let victim = master_pods(&cluster)[0].clone();
@@ -172,9 +198,7 @@ async fn the_cluster_heals_from_crashes_deletions_lost_nodes_and_freezes() {
     })
     .await;
     env.thaw_pod(&ns, &victim).await.unwrap();
-    let cluster = wait_settled(&api, "sturdy", 3, 6, Duration::from_secs(120)).await;
-    let role = cluster.status.as_ref().unwrap().nodes.iter().find(|n| n.pod == victim).unwrap().role.clone();
-    assert_eq!(role.as_deref(), Some("replica"), "{victim} rejoined as a replica");
+    let cluster = rejoined(&api, &kube, &ns, &victim, "master frozen and thawed").await;
     verify(&mut client, &seeds, &writer, &password, &cluster, "master frozen and thawed").await;
 
     let record = writer.stop().await;

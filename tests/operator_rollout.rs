@@ -278,7 +278,8 @@ async fn a_rolling_restart_recreates_every_pod_once_with_nothing_lost() {
     assert_eq!(status.phase, Some(slotkeeper_operator::api::OperationPhase::Succeeded), "{:?}", status.message);
     let (_, gaps, made) = poller.stop().await;
     assert!(gaps.is_empty(), "a shard without a reachable master: {:?}", &gaps[..gaps.len().min(10)]);
-    assert_recreated_once(&made, "again");
+    let moved: Vec<String> = event_messages(&kube, &ns, "PodMoved").await;
+    assert_recreated_once(&made, "again", &moved);
     let done = wait_settled(&clusters, "again", 3, 6, Duration::from_secs(60)).await;
     follower.abort();
     let mut client = ClusterClient::new(node_ips(&done), &password).await;

@@ -23,26 +23,35 @@ cargo test --workspace --locked 2>&1 | tee "$log" || status=$?
 # the environment's executables, did not exist before the suite, and is an
 # orphan (its starter is gone), which tells it from an environment someone
 # started by hand meanwhile.
-leaks=()
-for dir in /proc/[0-9]*; do
-  pid=${dir#/proc/}
-  [[ $pid == "$$" || $before == *" $pid "* ]] && continue
-  # comm is the executed file's name, cut to 15 characters.
-  comm=$(cat "$dir/comm" 2>/dev/null) || continue
-  # A zombie has exited and holds nothing; reaping it is its parent's job
-  # (PID 1 here, for a Pod's process whose agent died with a failed test).
-  [[ $(awk '/^State:/ {print $2}' "$dir/status" 2>/dev/null) == Z ]] && continue
-  marked=0
-  tr '\0' '\n' 2>/dev/null < "$dir/environ" | grep -qx "SLOTKEEPER_TEST_RUN=$SLOTKEEPER_TEST_RUN" && marked=1
-  case "$comm" in
-    redis-server|valkey-server|etcd|kube-*|slotkeeper-*)
-      ppid=$(awk '/^PPid:/ {print $2}' "$dir/status" 2>/dev/null)
-      [[ $ppid == 1 ]] && ours=1 || ours=0 ;;
-    *) ours=0 ;;
-  esac
-  if ((marked || ours)); then
-    leaks+=("$pid $(tr '\0' ' ' < "$dir/cmdline" 2>/dev/null | cut -c1-120)")
-  fi
+# A process dying as the suite ends (its parent-death signal just fired) is
+# given a few seconds to go before it counts.
+find_leaks() {
+  leaks=()
+  for dir in /proc/[0-9]*; do
+    pid=${dir#/proc/}
+    [[ $pid == "$$" || $before == *" $pid "* ]] && continue
+    # comm is the executed file's name, cut to 15 characters.
+    comm=$(cat "$dir/comm" 2>/dev/null) || continue
+    # A zombie has exited and holds nothing; reaping it is its parent's job
+    # (PID 1 here, for a Pod's process whose agent died with a failed test).
+    [[ $(awk '/^State:/ {print $2}' "$dir/status" 2>/dev/null) == [ZX] ]] && continue
+    marked=0
+    tr '\0' '\n' 2>/dev/null < "$dir/environ" | grep -qx "SLOTKEEPER_TEST_RUN=$SLOTKEEPER_TEST_RUN" && marked=1
+    case "$comm" in
+      redis-server|valkey-server|etcd|kube-*|slotkeeper-*)
+        ppid=$(awk '/^PPid:/ {print $2}' "$dir/status" 2>/dev/null)
+        [[ $ppid == 1 ]] && ours=1 || ours=0 ;;
+      *) ours=0 ;;
+    esac
+    if ((marked || ours)); then
+      leaks+=("$pid $comm $(tr '\0' ' ' < "$dir/cmdline" 2>/dev/null | cut -c1-120)")
+    fi
+  done
+}
+for _ in 1 2 3 4 5 6 7 8 9 10; do
+  find_leaks
+  ((${#leaks[@]})) || break
+  sleep 1
 done
 leak_failed=0
 if ((${#leaks[@]})); then

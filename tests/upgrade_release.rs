@@ -264,8 +264,32 @@ async fn slotkeeper_upgrades_itself_from_the_previous_release_with_redis_untouch
     }
 
     // Redis untouched: the same Pods, no restart, the same roles; nothing lost.
+    // The new release spreads masters and Pods over the Nodes, which the
+    // previous one did not: a shard it changes is named in a MastersSpread
+    // (coordinated failover) or PodMoved (a replica recreated) event. Every
+    // other shard is exactly as before, and nothing restarted.
     let after = redis_pods(&client, &CLUSTERS).await;
-    assert_eq!(before, after, "Redis Pods, restart counts and roles are unchanged");
+    assert_eq!(before.keys().collect::<Vec<_>>(), after.keys().collect::<Vec<_>>());
+    let mut placed = String::new();
+    for ns in before.keys().filter_map(|k| k.split_once('/')).map(|(ns, _)| ns).collect::<BTreeSet<_>>() {
+        let events = Api::<k8s_openapi::api::core::v1::Event>::namespaced(client.clone(), ns);
+        for e in events.list(&ListParams::default()).await.unwrap().items {
+            if matches!(e.reason.as_deref(), Some("MastersSpread" | "PodMoved")) {
+                placed.push_str(&format!("{ns}: {}\n", e.message.unwrap_or_default()));
+            }
+        }
+    }
+    for (pod, was) in &before {
+        let is = &after[pod];
+        assert_eq!(is.restarts, 0, "{pod} restarted");
+        if was != is {
+            let (ns, name) = pod.split_once('/').unwrap();
+            let shard = name.rsplit('-').nth(1).unwrap();
+            let said = placed.lines().any(|l| l.starts_with(&format!("{ns}: shard {shard}:")));
+            assert!(said, "{pod} changed ({was:?} → {is:?}) without a placement event; events: {placed}");
+        }
+    }
+    eprintln!("placement changes by the new release:\n{placed}");
     let mut reader = ClusterClient::new(ips, &password).await;
     assert_all_read_back(&mut reader, &seeds, &writer, "after the upgrade").await;
     let record = writer.stop().await;

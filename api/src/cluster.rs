@@ -236,6 +236,23 @@ pub struct RedisClusterStatus {
     /// The slot movement in progress (scale out or in), while there is one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reshard: Option<ReshardStatus>,
+    /// The masters and replicas each failure domain (a value of
+    /// `spec.placement.topologyKey` on the Pods' Nodes) holds.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub failure_domains: Vec<FailureDomainStatus>,
+}
+
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct FailureDomainStatus {
+    /// The domain: the Nodes' value of the topology key, e.g. `node-1` or `eu-west-1a`.
+    pub name: String,
+    /// Pods serving as masters there.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub masters: Vec<String>,
+    /// Pods serving as replicas there.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub replicas: Vec<String>,
 }
 
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
@@ -264,6 +281,9 @@ pub struct NodeStatus {
     /// The Kubernetes Node the Pod runs on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node: Option<String>,
+    /// Its failure domain: that Node's value of the topology key.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub domain: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node_id: Option<String>,
     /// `master` or `replica`.

@@ -37,3 +37,8 @@ pub const REASON_UPGRADING: &str = "Upgrading";
 pub const REASON_ROLLOUT_HALTED: &str = "RolloutHalted";
 pub const REASON_ROLLED_BACK: &str = "RolledBack";
 pub const REASON_VERSION_REFUSED: &str = "VersionRefused";
+/// Degraded: one failure domain holds a majority of the masters (or a whole
+/// shard), so losing it stops writes until Pods are recreated elsewhere.
+pub const REASON_PLACEMENT_AT_RISK: &str = "PlacementAtRisk";
+/// Progressing: a healthy cluster's master moves to a less loaded failure domain.
+pub const REASON_SPREADING_MASTERS: &str = "SpreadingMasters";

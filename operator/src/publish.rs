@@ -49,6 +49,7 @@ pub fn observation(
                 shard: pod.shard,
                 ordinal: pod.ordinal,
                 node: pod.node_name.clone(),
+                domain: pod.domain.clone(),
                 ip: pod.ip.clone(),
                 reachable: fact.is_some(),
                 id: me.map(|n| n.id.clone()),

@@ -6,8 +6,10 @@
 //! master and its replicas): a shard is the unit that scale-in drains and
 //! removes whole, replica counts change per shard without touching others,
 //! and preferred anti-affinity inside a shard keeps a master and its
-//! replicas on different Nodes. Roles are not tied to ordinals: after a
-//! failover any Pod of the shard may be its master.
+//! replicas in different failure domains (the planner re-spreads Pods the
+//! scheduler crowded; the template is left as the previous release wrote it,
+//! so an operator upgrade rewrites no StatefulSet). Roles are not tied to ordinals: the planner picks
+//! and moves master roles so the masters stay apart too.
 
 use std::collections::BTreeMap;
 

@@ -45,6 +45,7 @@ fn a_shards_pods_are_kept_apart_by_the_placement_topology_key() {
     let term = &set["spec"]["template"]["spec"]["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
         [0];
     assert_eq!(term["podAffinityTerm"]["topologyKey"], "topology.kubernetes.io/zone");
+    assert_eq!(term["podAffinityTerm"]["labelSelector"]["matchLabels"][LABEL_SHARD], "0");
 }
 
 #[test]

@@ -110,6 +110,7 @@ fn pods_in_status(cluster: &RedisCluster) -> Vec<PodFact> {
                 ordinal: ordinal.parse().ok()?,
                 ip: n.ip.clone(),
                 node_name: n.node.clone(),
+                domain: n.domain.clone(),
                 ..PodFact::default()
             })
         })

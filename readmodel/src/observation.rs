@@ -52,6 +52,8 @@ pub struct NodeView {
     pub ordinal: usize,
     /// The Kubernetes Node the Pod runs on.
     pub node: Option<String>,
+    /// Its failure domain (the Node's value of the cluster's topology key).
+    pub domain: Option<String>,
     pub ip: Option<String>,
     /// It answered this observation.
     pub reachable: bool,

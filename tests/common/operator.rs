@@ -114,7 +114,8 @@ pub async fn wait_running(api: &Api<RedisCluster>, name: &str, timeout: Duration
 }
 
 /// Running and Ready for the current generation, with `masters` masters
-/// and `pods` Redis nodes in status, and no reshard in progress.
+/// and `pods` Redis nodes in status, and no reshard or spreading of masters
+/// in progress.
 pub async fn wait_settled(
     api: &Api<RedisCluster>,
     name: &str,
@@ -131,7 +132,8 @@ pub async fn wait_settled(
             && status.observed_generation == c.metadata.generation
             && status.ready_masters == masters
             && status.nodes.len() == pods
-            && status.reshard.is_none();
+            && status.reshard.is_none()
+            && !status.conditions.iter().any(|c| c.type_ == "Progressing" && c.reason == "SpreadingMasters");
         settled.then_some(c)
     })
     .await

@@ -223,6 +223,9 @@ pub struct Record {
     pub errors: usize,
     pub longest_gap: Duration,
     pub last_ack: Option<Instant>,
+    /// When each write was accepted (SET answered OK, acknowledged by a
+    /// replica or not), in order.
+    pub accepted_at: Vec<Instant>,
 }
 
 /// Writes unique keys until stopped; see [`Record`].
@@ -262,6 +265,9 @@ impl Writer {
                 let result = client.set_acknowledged(&key, &i.to_string()).await;
                 {
                     let mut rec = r.lock().unwrap();
+                    if result.is_ok() {
+                        rec.accepted_at.push(Instant::now());
+                    }
                     match result {
                         Ok(true) => {
                             let now = Instant::now();
@@ -320,6 +326,20 @@ impl Writer {
         longest.max(Instant::now() - last)
     }
 
+    /// The longest interval without an accepted write, from `since` to the
+    /// last accepted write (so a stall still going on is not counted yet),
+    /// and whether any write was accepted after it.
+    pub fn accept_gap(&self, since: Instant) -> (Duration, bool) {
+        let rec = self.record.lock().unwrap();
+        let mut last = since;
+        let mut longest = Duration::ZERO;
+        for at in rec.accepted_at.iter().filter(|at| **at >= since) {
+            longest = longest.max(*at - last);
+            last = *at;
+        }
+        (longest, last > since)
+    }
+
     pub fn snapshot(&self) -> Vec<String> {
         self.record.lock().unwrap().acknowledged.clone()
     }
@@ -330,6 +350,10 @@ impl Writer {
 pub async fn assert_all_read_back(client: &mut ClusterClient, seeds: &[String], writer: &Writer, step: &str) {
     assert_none_lost(client, seeds, 0, &format!("{step}: seeded")).await;
     let acknowledged = writer.snapshot();
+    let lost = missing(client, &acknowledged, 1).await;
+    if !lost.is_empty() {
+        describe_lost(client, writer, &lost);
+    }
     assert_none_lost(client, &acknowledged, 1, &format!("{step}: acknowledged")).await;
     eprintln!("{step}: all {} seeded and {} acknowledged keys read back", seeds.len(), acknowledged.len());
 }
@@ -355,6 +379,22 @@ pub async fn lost_after_settling(
         lost.extend(missing(client, &acked, 1).await);
     }
     lost
+}
+
+/// Prints, for each lost key, when it was acknowledged (Unix time, to line
+/// up with the operator's and Redis's logs) and where its slot lives now.
+fn describe_lost(client: &ClusterClient, writer: &Writer, lost: &[String]) {
+    let rec = writer.record.lock().unwrap();
+    let (now, wall) = (Instant::now(), std::time::SystemTime::now());
+    for entry in lost.iter().take(5) {
+        let key = entry.split(':').take(2).collect::<Vec<_>>().join(":");
+        let Some(i) = rec.acknowledged.iter().position(|k| *k == key) else { continue };
+        let at = wall - (now - rec.acknowledged_at[i]);
+        let unix = at.duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_secs_f64();
+        let slot = slot_of(&key);
+        let owner = client.slots[slot as usize].clone().unwrap_or_default();
+        eprintln!("lost {key}: acknowledged at unix {unix:.3} (ack #{i}), slot {slot}, now served by {owner}");
+    }
 }
 
 /// Asserts that [`missing`] finds nothing, naming `what` and a few lost keys.

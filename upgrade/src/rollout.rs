@@ -262,7 +262,7 @@ impl Planner<'_> {
         let behind = self.view.nodes.iter().find(|n| !n.master && self.runs_new(n) && !Self::caught_up(n));
         behind.map(|n| {
             let how = match n.lag {
-                _ if !n.link_up => "its link to the master is down".to_owned(),
+                _ if !n.link_up => "its link to the master is down or its data is not yet on disk".to_owned(),
                 Some(lag) => format!("{lag} bytes behind"),
                 None => "its offset is unknown".to_owned(),
             };

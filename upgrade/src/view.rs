@@ -22,7 +22,8 @@ pub struct NodeView {
     pub master: bool,
     /// What the server reports about itself.
     pub release: Option<Release>,
-    /// A replica's link to its master is up.
+    /// A replica's link to its master is up and its data is on its disk (no
+    /// append-only rewrite pending after a sync): it may be promoted.
     pub link_up: bool,
     /// Bytes a replica is behind its master; `None` when unknown.
     pub lag: Option<u64>,

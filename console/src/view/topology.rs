@@ -30,6 +30,7 @@ pub fn nodes(cluster: &RedisCluster, observation: Option<&Observation>) -> Vec<N
                 shard,
                 ordinal,
                 node: n.node.clone(),
+                domain: n.domain.clone(),
                 ip: n.ip.clone(),
                 reachable: n.role.is_some(),
                 id: n.node_id.clone(),
@@ -136,6 +137,7 @@ pub fn topology(nodes: &[NodeView]) -> AnyView {
         <svg class="topology" viewBox=format!("0 0 {width} {height}") width=width height=height role="img" aria-label=label>
             {groups}
         </svg>
+        {failure_domains(nodes)}
         <table class="nodes">
             <caption>"Redis nodes"</caption>
             <thead><tr>
@@ -148,6 +150,50 @@ pub fn topology(nodes: &[NodeView]) -> AnyView {
         </table>
     }
     .into_any()
+}
+
+/// The nodes grouped by failure domain: where a domain holds a majority
+/// of the masters, losing it stops writes until Pods are recreated, so the
+/// row says so.
+fn failure_domains(nodes: &[NodeView]) -> impl IntoView + use<> {
+    let mut domains: BTreeMap<String, (Vec<String>, Vec<String>)> = BTreeMap::new();
+    for node in nodes {
+        let domain = node.domain.clone().unwrap_or_else(|| "unknown".into());
+        let entry = domains.entry(domain).or_default();
+        match node.role() {
+            Role::Master => entry.0.push(node.pod.clone()),
+            _ => entry.1.push(node.pod.clone()),
+        }
+    }
+    let masters: usize = domains.values().map(|d| d.0.len()).sum();
+    let rows = domains
+        .into_iter()
+        .map(|(domain, (held, replicas))| {
+            let at_risk = masters >= 3 && held.len() * 2 > masters;
+            let note = if at_risk { "holds a majority of masters: losing it stops writes" } else { "" };
+            let class = if at_risk { "bad" } else { "good" };
+            let held = if held.is_empty() { "0".into() } else { format!("{} ({})", held.len(), held.join(", ")) };
+            let name = domain.clone();
+            view! {
+                <tr class=class data-domain=domain>
+                    <th scope="row">{name}</th>
+                    <td>{held}</td>
+                    <td>{replicas.join(", ")}</td>
+                    <td>{note}</td>
+                </tr>
+            }
+        })
+        .collect_view();
+    view! {
+        <table class="domains">
+            <caption>"Failure domains"</caption>
+            <thead><tr>
+                <th scope="col">"Domain"</th><th scope="col">"Masters"</th>
+                <th scope="col">"Replicas"</th><th scope="col">"Risk"</th>
+            </tr></thead>
+            <tbody>{rows}</tbody>
+        </table>
+    }
 }
 
 fn shard_group(shard: usize, members: &[&NodeView], x: i32, y: i32) -> impl IntoView + use<> {
@@ -254,6 +300,24 @@ mod tests {
         assert_eq!(html.matches("data-role=\"master\"").count(), 2);
         assert!(html.contains("up, 2.0 KiB behind") && html.contains("100 slots"), "{html}");
         assert!(html.contains("node-1 · 127.1.0.1"));
+    }
+
+    #[test]
+    fn nodes_are_grouped_by_failure_domain_and_a_majority_of_masters_is_flagged() {
+        let mut nodes = vec![
+            node("c-shard-0-0", 0, 0, Role::Master),
+            node("c-shard-1-0", 1, 0, Role::Master),
+            node("c-shard-2-0", 2, 0, Role::Master),
+            node("c-shard-2-1", 2, 1, Role::Replica),
+        ];
+        for (node, domain) in nodes.iter_mut().zip(["node-1", "node-1", "node-2", "node-3"]) {
+            node.domain = Some(domain.into());
+        }
+        let html = Owner::new().with(|| topology(&nodes).to_html());
+        assert!(html.contains("Failure domains"), "{html}");
+        assert!(html.contains(r#"<tr data-domain="node-1" class="bad">"#), "{html}");
+        assert!(html.contains("2 (c-shard-0-0, c-shard-1-0)"), "{html}");
+        assert!(html.contains(r#"<tr data-domain="node-3" class="good">"#), "{html}");
     }
 
     #[test]

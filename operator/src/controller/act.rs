@@ -16,6 +16,22 @@ use crate::plan::{Action, Batch, PodFact};
 use crate::redis::migrate::{self, Moved, Pair};
 use crate::resources::Names;
 
+/// Redis's own limit for a manual failover (`CLUSTER_MF_TIMEOUT`): past it
+/// the replica gives up, and a later plan may ask again.
+const PROMOTION_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Polls the promoted node until it says it is a master; how long it took.
+async fn wait_until_master(node: &mut crate::redis::client::RedisNode) -> Option<std::time::Duration> {
+    let started = std::time::Instant::now();
+    while started.elapsed() < PROMOTION_WAIT {
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        if node.is_master().await.unwrap_or(false) {
+            return Some(started.elapsed());
+        }
+    }
+    None
+}
+
 /// Who the action is for.
 pub struct Target<'a> {
     pub namespace: &'a str,
@@ -92,7 +108,7 @@ async fn act_on(
             let list: Vec<&str> = ids.iter().map(|s| s.as_str()).collect();
             event("NodesForgotten", format!("forgot departed node(s) {}", list.join(", ")))
         }
-        Action::Failover { pod, shard, reason, force, .. } => {
+        Action::Failover { pod, shard, reason, force, spread, .. } => {
             let mut node = connect(pod).await?;
             if *force {
                 node.failover_force().await?
@@ -101,7 +117,17 @@ async fn act_on(
             };
             failpoint::hit(failpoint::AFTER_FAILOVER);
             let how = if *force { "CLUSTER FAILOVER FORCE (the master is unreachable)" } else { "CLUSTER FAILOVER" };
-            event("FailedOver", format!("shard {shard}: {pod} promoted by {how} ({reason})"))
+            // A coordinated failover finishes in well under a second; waiting
+            // for it here keeps the next plan from seeing it half done and
+            // sending it again (which would restart it).
+            let took = if *force { None } else { wait_until_master(&mut node).await };
+            let outcome = match took {
+                Some(took) => format!(", master after {} ms", took.as_millis()),
+                None if *force => String::new(),
+                None => format!(", not yet master after {} s", PROMOTION_WAIT.as_secs()),
+            };
+            let kind = if *spread { "MastersSpread" } else { "FailedOver" };
+            event(kind, format!("shard {shard}: {pod} promoted by {how} ({reason}){outcome}"))
         }
         Action::Stabilize { slots_by_pod } => {
             for (pod, slots) in slots_by_pod {
@@ -149,6 +175,15 @@ async fn act_on(
                 Err(e) => return Err(Error::kube(format!("delete Pod {}/{pod}", target.namespace))(e)),
             }
             event("PodReplaced", format!("force-deleted {pod} ({reason}); its StatefulSet recreates it elsewhere"))
+        }
+        Action::MovePod { pod, shard, reason } => {
+            let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), target.namespace);
+            match pods.delete(pod, &DeleteParams::default()).await {
+                Ok(_) => {}
+                Err(kube::Error::Api(e)) if e.code == 404 => {}
+                Err(e) => return Err(Error::kube(format!("delete Pod {}/{pod}", target.namespace))(e)),
+            }
+            event("PodMoved", format!("shard {shard}: recreating replica {pod} so it can land elsewhere ({reason})"))
         }
         Action::RecreatePod { pod, shard, reason, fresh_data } => {
             if *fresh_data {

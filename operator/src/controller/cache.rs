@@ -195,6 +195,22 @@ impl Caches {
         })
     }
 
+    /// Pods a succeeded Failover operation made master: while the operation
+    /// exists, the spread over failure domains leaves its shard where the
+    /// user put it (delete the operation to hand the shard back).
+    pub fn user_placed_masters(&self, namespace: &str, cluster: &str) -> std::collections::BTreeSet<String> {
+        self.operations
+            .state()
+            .iter()
+            .filter(|op| op.metadata.namespace.as_deref() == Some(namespace) && op.spec.cluster_name == cluster)
+            .filter(|op| op.spec.type_ == OperationType::Failover)
+            .filter_map(|op| {
+                let status = op.status.as_ref()?;
+                (status.phase == Some(OperationPhase::Succeeded)).then(|| status.to_pod.clone())?
+            })
+            .collect()
+    }
+
     /// A running RollingRestart of a cluster: the operation's name.
     pub fn restart_intent(&self, namespace: &str, cluster: &str) -> Option<String> {
         self.operations.state().iter().find_map(|op| {

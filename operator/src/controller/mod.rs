@@ -50,6 +50,17 @@ fn jittered(base: Duration) -> Duration {
     base.mul_f64(0.8 + 0.4 * (random % 1000) as f64 / 1000.0)
 }
 
+/// A Pod runs at least this long before it is recreated in another
+/// failure domain, so a scheduler that keeps choosing the same domain
+/// cannot make Pods churn.
+const MOVE_PODS_AFTER: Duration = Duration::from_secs(60);
+
+/// The spec's own scheduling rules (a node selector or affinity) decide
+/// where Pods may go: the operator does not move Pods to other domains.
+fn own_scheduling(cluster: &RedisCluster) -> bool {
+    cluster.spec.scheduling.as_ref().is_some_and(|s| !s.node_selector.is_empty() || s.affinity.is_some())
+}
+
 /// Shared by every reconcile.
 pub struct Context {
     pub client: Client,
@@ -64,6 +75,10 @@ pub struct Context {
     written: written::Written,
     /// Where every observation goes for the console (the read model).
     pub publisher: Publisher,
+    /// Nodes' labels, for each Pod's failure domain.
+    node_labels: observe::NodeLabels,
+    /// Domains with a Node that takes Pods now, for re-placing replicas.
+    open_domains: observe::OpenDomains,
     /// Serialises the start of RedisOperations, so two created together
     /// cannot both see the other as not running yet.
     pub operation_starts: tokio::sync::Mutex<()>,
@@ -96,6 +111,8 @@ impl Context {
             applied: Default::default(),
             written: Default::default(),
             publisher,
+            node_labels: Default::default(),
+            open_domains: Default::default(),
             operation_starts: Default::default(),
             nudges,
             nudged: std::sync::Mutex::new(Some(nudged)),
@@ -237,6 +254,9 @@ async fn reconcile_steps(cluster: &RedisCluster, ctx: &Context, namespace: &str)
     ctx.redis.retain(&key, &live);
     let redis = observe::redis(&ctx.redis, &key, &pods, &password).await;
     observe::lost_nodes(ctx, &mut pods, &redis).await;
+    ctx.node_labels.fill_domains(&ctx.client, &mut pods, cluster.spec.topology_key()).await;
+    let intent = ctx.caches.failover_intent(namespace, &name);
+    let restart = ctx.caches.restart_intent(namespace, &name);
     let running = cluster
         .status
         .as_ref()
@@ -248,6 +268,14 @@ async fn reconcile_steps(cluster: &RedisCluster, ctx: &Context, namespace: &str)
         pods,
         redis,
         surge: running.and_then(|u| u.surge_shard).map(|s| s.max(0) as usize),
+        roles_held: running.is_some() || intent.is_some() || restart.is_some(),
+        user_placed: ctx.caches.user_placed_masters(namespace, &name),
+        open_domains: if own_scheduling(cluster) {
+            Default::default()
+        } else {
+            ctx.open_domains.of(&ctx.client, cluster.spec.topology_key()).await
+        },
+        movable_before: Timestamp::now().checked_sub(MOVE_PODS_AFTER).ok(),
     };
     phases.lap("observe");
     let cluster_step = plan::plan(&observed);
@@ -255,7 +283,6 @@ async fn reconcile_steps(cluster: &RedisCluster, ctx: &Context, namespace: &str)
         Action::Converged => Ok(()),
         other => Err(report::describe(other).1),
     };
-    let restart = ctx.caches.restart_intent(namespace, &name);
     let rollout = plan::rollout::plan(cluster, &observed, healthy, restart.as_deref(), Timestamp::now());
     observed.surge = rollout.surge;
     // The cluster's own health first; the rollout steps only when it has
@@ -265,7 +292,6 @@ async fn reconcile_steps(cluster: &RedisCluster, ctx: &Context, namespace: &str)
         rollout.status.as_ref().is_some_and(|u| u.phase == crate::api::rollout::RolloutPhase::RollingBack);
     // A running RedisOperation goes before the rollout (one intent at a
     // time), and may act while the cluster waits (FORCE for a lost master).
-    let intent = ctx.caches.failover_intent(namespace, &name);
     let intent_step = intent.as_ref().and_then(|i| plan::intents::failover_step(&observed, i));
     let action = match (&cluster_step, intent_step, &rollout.action) {
         (Action::Converged | Action::Wait(_), Some(step), _) => step,

@@ -38,10 +38,99 @@ fn pod_fact(pod: &Pod) -> Option<PodFact> {
         ip: status.and_then(|s| s.pod_ip.clone()).filter(|_| running),
         node_name: pod.spec.as_ref().and_then(|s| s.node_name.clone()),
         node_lost: false,
+        domain: None,
         name,
         shard,
         ordinal,
     })
+}
+
+/// Each Node's labels, read once and kept a while: a Node's failure domain
+/// (its zone, its hostname) does not change under a running Pod, so a
+/// steady-state reconcile reads no Node.
+#[derive(Default)]
+pub struct NodeLabels {
+    known: std::sync::Mutex<BTreeMap<String, (std::time::Instant, Labels)>>,
+}
+
+type Labels = BTreeMap<String, String>;
+
+/// How long a Node's labels are trusted before they are read again.
+const NODE_LABELS_TTL: std::time::Duration = std::time::Duration::from_secs(300);
+
+impl NodeLabels {
+    /// Sets each Pod's failure domain from its Node's `topology_key` label.
+    pub async fn fill_domains(&self, client: &kube::Client, pods: &mut [PodFact], topology_key: &str) {
+        let nodes: Api<Node> = Api::all(client.clone());
+        for pod in pods.iter_mut() {
+            let Some(node) = pod.node_name.clone() else { continue };
+            let cached = {
+                let known = self.known.lock().expect("node labels lock");
+                known.get(&node).filter(|(at, _)| at.elapsed() < NODE_LABELS_TTL).map(|(_, labels)| labels.clone())
+            };
+            let labels = match cached {
+                Some(labels) => labels,
+                None => match nodes.get_metadata_opt(&node).await {
+                    Ok(meta) => {
+                        let labels = meta.and_then(|m| m.metadata.labels).unwrap_or_default();
+                        let entry = (std::time::Instant::now(), labels.clone());
+                        self.known.lock().expect("node labels lock").insert(node.clone(), entry);
+                        labels
+                    }
+                    Err(error) => {
+                        tracing::debug!(%node, %error, "cannot read Node labels");
+                        continue;
+                    }
+                },
+            };
+            pod.domain = labels.get(topology_key).cloned();
+        }
+    }
+}
+
+/// The failure domains with a Node a Pod could go to now (Ready,
+/// schedulable, untainted), listed at most every [`OPEN_DOMAINS_TTL`] and
+/// shared by every cluster with the same topology key.
+#[derive(Default)]
+pub struct OpenDomains {
+    listed: tokio::sync::Mutex<Option<(std::time::Instant, Vec<Node>)>>,
+}
+
+const OPEN_DOMAINS_TTL: std::time::Duration = std::time::Duration::from_secs(10);
+
+impl OpenDomains {
+    pub async fn of(&self, client: &kube::Client, topology_key: &str) -> std::collections::BTreeSet<String> {
+        let mut listed = self.listed.lock().await;
+        if listed.as_ref().is_none_or(|(at, _)| at.elapsed() > OPEN_DOMAINS_TTL) {
+            let nodes: Api<Node> = Api::all(client.clone());
+            match nodes.list(&Default::default()).await {
+                Ok(list) => *listed = Some((std::time::Instant::now(), list.items)),
+                Err(error) => {
+                    tracing::debug!(%error, "cannot list Nodes");
+                    return Default::default();
+                }
+            }
+        }
+        let nodes = listed.as_ref().map(|(_, nodes)| nodes.as_slice()).unwrap_or_default();
+        nodes
+            .iter()
+            .filter(|n| node_open(n))
+            .filter_map(|n| n.metadata.labels.as_ref()?.get(topology_key).cloned())
+            .collect()
+    }
+}
+
+fn node_open(node: &Node) -> bool {
+    let spec = node.spec.as_ref();
+    let tainted = spec
+        .and_then(|s| s.taints.as_ref())
+        .is_some_and(|taints| taints.iter().any(|t| t.effect == "NoSchedule" || t.effect == "NoExecute"));
+    let ready = node
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+    ready && !tainted && !spec.and_then(|s| s.unschedulable).unwrap_or(false)
 }
 
 /// Asks every Pod with an address, concurrently; unreachable ones are left out.
@@ -122,6 +211,9 @@ async fn ask(pool: &Pool, key: &str, ip: &str, password: &str) -> Result<RedisFa
         version: version.unwrap_or("unknown").to_owned(),
         replication_offset: info_field(&facts.replication_info, offset_field).and_then(|v| v.parse().ok()),
         link_up: info_field(&facts.replication_info, "master_link_status") == Some("up"),
+        aof_rewriting: ["aof_rewrite_in_progress", "aof_rewrite_scheduled"]
+            .iter()
+            .any(|field| info_field(&facts.persistence_info, field) == Some("1")),
         memory: MemoryFact {
             used: number(&facts.memory_info, "used_memory"),
             dataset: number(&facts.memory_info, "used_memory_dataset"),

@@ -355,7 +355,7 @@ impl<'a> ShardView<'a> {
             })?,
             None => replicas
                 .iter()
-                .max_by_key(|p| (self.facts[&p.name].link_up, self.facts[&p.name].replication_offset))
+                .max_by_key(|p| (self.facts[&p.name].promotable(), self.facts[&p.name].replication_offset))
                 .expect("non-empty"),
         };
         Ok((master.name.clone(), chosen.name.clone()))
@@ -368,7 +368,7 @@ impl<'a> ShardView<'a> {
         let Some(master) = self.facts.get(from) else {
             return Readiness::MasterGone;
         };
-        if !replica.link_up {
+        if !replica.promotable() {
             return Readiness::Behind(i64::MAX);
         }
         let lag = master.replication_offset.unwrap_or(0) - replica.replication_offset.unwrap_or(0);

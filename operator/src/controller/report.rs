@@ -6,9 +6,9 @@ use k8s_openapi::jiff::Timestamp;
 
 use crate::api::names::*;
 use crate::api::rollout::RolloutPhase;
-use crate::api::{NodeStatus, Phase, RedisCluster, RedisClusterStatus, ReshardStatus, StepStatus};
+use crate::api::{FailureDomainStatus, NodeStatus, Phase, RedisCluster, RedisClusterStatus, ReshardStatus, StepStatus};
 use crate::plan::rollout::RolloutPlan;
-use crate::plan::{Action, Observed};
+use crate::plan::{Action, Observed, placement};
 use crate::redis::topology::{SLOTS, count};
 
 /// The status for this observation; `step_done` says whether the action
@@ -34,6 +34,7 @@ pub fn build_status(
                 pod: pod.name.clone(),
                 ip: pod.ip.clone(),
                 node: pod.node_name.clone(),
+                domain: pod.domain.clone(),
                 node_id: me.map(|n| n.id.clone()),
                 role: me.map(|n| if n.master { "master".into() } else { "replica".into() }),
                 master_id: me.and_then(|n| n.master_id.clone()),
@@ -61,6 +62,8 @@ pub fn build_status(
     let (current_engine, current_version, current_image) = rollout.current.clone();
     let converged = *action == Action::Converged;
     let refused = matches!(action, Action::Refused(_));
+    // A healthy cluster moving a master apart keeps serving: Running and Ready.
+    let spreading = matches!(action, Action::Failover { spread: true, .. });
     let was_running = matches!(old.phase, Some(Phase::Running | Phase::Recovering | Phase::Scaling));
     let upgrade = rollout.status.clone();
     let upgrading = upgrade.as_ref().is_some_and(|u| u.phase.is_active());
@@ -68,13 +71,14 @@ pub fn build_status(
     let phase = match action {
         _ if upgrading => Phase::Upgrading,
         Action::Converged | Action::Refused(_) => Phase::Running,
+        _ if spreading => Phase::Running,
         _ if was_running && scaling(observed, action) => Phase::Scaling,
         _ if was_running => Phase::Recovering,
         Action::Wait(_) if observed.redis.is_empty() => Phase::Pending,
         _ => Phase::Creating,
     };
     let (step_name, message) = describe(action);
-    let serving = converged || refused;
+    let serving = converged || refused || spreading;
     // Why the cluster is not where spec asks, though it serves: a rollout
     // running, halted or rolled back, or a version that cannot be reached.
     let version_gap: Option<(&str, String, bool)> = if let Some(reason) = &rollout.refusal {
@@ -90,6 +94,7 @@ pub fn build_status(
     };
     let (progress_reason, degraded_reason) = match phase {
         _ if refused => (REASON_REFUSED, REASON_REFUSED),
+        _ if spreading => (REASON_SPREADING_MASTERS, REASON_NONE),
         Phase::Scaling => (REASON_SCALING, REASON_NONE),
         Phase::Recovering => (REASON_RECOVERING, REASON_REDIS_UNREACHABLE),
         _ if converged => (REASON_CONVERGED, REASON_NONE),
@@ -123,15 +128,21 @@ pub fn build_status(
         None => condition(
             &old,
             CONDITION_PROGRESSING,
-            !serving,
+            !serving || spreading,
             progress_reason,
             if converged { "nothing to do".into() } else { message.clone() },
             generation,
             now,
         ),
     };
-    let degraded = match &version_gap {
-        Some((reason, why, true)) => condition(&old, CONDITION_DEGRADED, true, reason, why.clone(), generation, now),
+    // Serving, but one failure domain's loss would stop writes: said only
+    // once the cluster has settled (a recovery moves roles for a while).
+    let placement_risk = if converged || spreading { placement::risk(observed) } else { None };
+    let degraded = match (&version_gap, placement_risk) {
+        (Some((reason, why, true)), _) => {
+            condition(&old, CONDITION_DEGRADED, true, reason, why.clone(), generation, now)
+        }
+        (_, Some(risk)) => condition(&old, CONDITION_DEGRADED, true, REASON_PLACEMENT_AT_RISK, risk, generation, now),
         _ => {
             let degraded_now = refused || phase == Phase::Recovering;
             condition(
@@ -180,6 +191,10 @@ pub fn build_status(
         nodes,
         step: (!converged).then(|| StepStatus { name: step_name.into(), progress: Some(message) }),
         reshard,
+        failure_domains: placement::census(observed)
+            .into_iter()
+            .map(|(name, d)| FailureDomainStatus { name, masters: d.masters, replicas: d.replicas })
+            .collect(),
     }
 }
 
@@ -244,6 +259,7 @@ pub fn describe(action: &Action) -> (&'static str, String) {
         Action::RemoveShard { shard } => ("RemoveShard", format!("removing drained shard {shard}")),
         Action::DeletePod { pod, reason } => ("ReplacePod", format!("replacing {pod}: {reason}")),
         Action::RecreatePod { pod, reason, .. } => ("RecreatePod", format!("recreating {pod}: {reason}")),
+        Action::MovePod { pod, reason, .. } => ("MovePod", format!("recreating replica {pod} elsewhere: {reason}")),
         Action::Converged => ("Converged", "converged".into()),
     }
 }

@@ -132,7 +132,14 @@ fn shrinking_replicas_fails_over_a_master_on_a_removed_ordinal_first() {
     // Shard 0's master is ordinal 1 after an earlier failover.
     apply(
         &mut o,
-        &Action::Failover { pod: "c-shard-0-1".into(), shard: 0, reason: "test".into(), force: false, operation: None },
+        &Action::Failover {
+            pod: "c-shard-0-1".into(),
+            shard: 0,
+            reason: "test".into(),
+            force: false,
+            operation: None,
+            spread: false,
+        },
     );
     o.replicas_per_master = 0;
     assert_eq!(o.shard_sizes()[&0], 2, "shard 0 keeps its master's Pod for now");

@@ -32,27 +32,54 @@ pub fn failover_step(observed: &Observed, intent: &FailoverIntent) -> Option<Act
             intent.operation, intent.to
         )));
     }
-    let replica = observed.redis.get(&intent.to)?;
+    observed.redis.get(&intent.to)?;
     let failover = |force: bool| Action::Failover {
         pod: intent.to.clone(),
         shard: intent.shard,
         reason: format!("RedisOperation {}", intent.operation),
         force,
         operation: Some(intent.operation.clone()),
+        spread: false,
     };
-    let Some(master) = observed.redis.get(&intent.from) else {
+    if !observed.redis.contains_key(&intent.from) {
         // The master is gone: only FORCE can promote, and Redis would fail
         // over by itself soon anyway.
         return Some(failover(true));
+    }
+    match caught_up(observed, &intent.from, &intent.to) {
+        Ok(()) => Some(failover(false)),
+        Err(why) => Some(Action::Wait(why)),
+    }
+}
+
+/// Whether `replica` follows `master` with its link up and at most
+/// [`MAX_LAG_BYTES`] behind, so a coordinated failover finishes quickly;
+/// else why not.
+pub fn caught_up(observed: &Observed, master: &str, replica: &str) -> Result<(), String> {
+    let (Some(m), Some(r)) = (observed.redis.get(master), observed.redis.get(replica)) else {
+        return Err(format!("{master} or {replica} does not answer"));
     };
-    if !replica.link_up {
-        return Some(Action::Wait(format!("{}: its link to the master is down", intent.to)));
+    let master_id = m.myself().map(|n| n.id.as_str());
+    if r.myself().and_then(|n| n.master_id.as_deref()) != master_id {
+        return Err(format!("{replica} does not replicate {master}"));
     }
-    let lag = master.replication_offset.unwrap_or(0) - replica.replication_offset.unwrap_or(0);
+    if !r.link_up {
+        return Err(format!("{replica}: its link to the master is down"));
+    }
+    if !r.promotable() {
+        return Err(format!("{replica}: its append-only file is being rewritten after a sync (not yet on disk)"));
+    }
+    // The master ignores the replica's request to take over until its own
+    // view has it as a replica (right after roles changed, gossip lags).
+    let replica_id = r.myself().map(|n| n.id.as_str());
+    if !m.nodes.iter().any(|n| Some(n.id.as_str()) == replica_id && n.master_id.as_deref() == master_id) {
+        return Err(format!("{master} does not see {replica} as its replica yet"));
+    }
+    let lag = m.replication_offset.unwrap_or(0) - r.replication_offset.unwrap_or(0);
     if lag > MAX_LAG_BYTES {
-        return Some(Action::Wait(format!("{} is {lag} bytes behind {}", intent.to, intent.from)));
+        return Err(format!("{replica} is {lag} bytes behind {master}"));
     }
-    Some(failover(false))
+    Ok(())
 }
 
 #[cfg(test)]
@@ -88,6 +115,24 @@ mod tests {
         };
         assert_eq!((pod.as_str(), force, operation.as_deref()), ("c-shard-0-1", false, Some("move-0")));
         assert!(matches!(failover_step(&o, &intent(true)), Some(Action::Wait(_))), "sent: never twice");
+    }
+
+    #[test]
+    fn nothing_is_sent_before_the_master_sees_the_replica_as_its_own() {
+        let mut o = healthy();
+        let replica_id = o.redis["c-shard-0-1"].myself().unwrap().id.clone();
+        let seen = o.redis.get_mut("c-shard-0-0").unwrap().nodes.iter_mut().find(|n| n.id == replica_id).unwrap();
+        (seen.master, seen.master_id) = (true, None);
+        assert!(matches!(failover_step(&o, &intent(false)), Some(Action::Wait(w)) if w.contains("does not see")));
+    }
+
+    #[test]
+    fn a_replica_still_writing_its_data_to_disk_is_not_promoted() {
+        let mut o = healthy();
+        o.redis.get_mut("c-shard-0-1").unwrap().aof_rewriting = true;
+        assert!(matches!(failover_step(&o, &intent(false)), Some(Action::Wait(w)) if w.contains("append-only")));
+        o.redis.get_mut("c-shard-0-1").unwrap().aof_rewriting = false;
+        assert!(matches!(failover_step(&o, &intent(false)), Some(Action::Failover { force: false, .. })));
     }
 
     #[test]

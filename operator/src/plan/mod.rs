@@ -20,12 +20,17 @@
 //! 7. fail over a shard whose master sits on a Pod about to be removed;
 //! 8. move slots until balanced (leaving shards drained first), refused when
 //!    the staying masters' maxmemory cannot hold the data;
-//! 9. remove drained leaving shards; then converged.
+//! 9. remove drained leaving shards;
+//! 10. spread masters over failure domains (a fresh shard's master was
+//!     already chosen by domain), then the Pods themselves (a replica is
+//!     recreated so it can land in an emptier domain, such as a Node back
+//!     from a stop); then converged.
 
 mod gossip;
 pub mod intents;
 mod membership;
 pub mod moves;
+pub mod placement;
 mod replicas;
 pub mod rollout;
 mod slots;
@@ -46,6 +51,8 @@ pub struct PodFact {
     pub ip: Option<String>,
     /// The Kubernetes Node it runs on.
     pub node_name: Option<String>,
+    /// Its failure domain: that Node's value of the cluster's topology key.
+    pub domain: Option<String>,
     /// That Node is not Ready (the node controller gave up on it): the Pod
     /// will not come back by itself.
     pub node_lost: bool,
@@ -70,6 +77,10 @@ pub struct RedisFact {
     pub replication_offset: Option<i64>,
     /// `master_link_status:up` on a replica.
     pub link_up: bool,
+    /// An append-only-file rewrite is running or scheduled. After a full
+    /// sync Redis turns its AOF back on with a rewrite; until that ends, a
+    /// node killed restarts from its old file (empty after a first sync).
+    pub aof_rewriting: bool,
     pub memory: MemoryFact,
     /// Throughput, for the read model only: no plan depends on it.
     pub stats: slotkeeper_readmodel::StatsFact,
@@ -78,6 +89,13 @@ pub struct RedisFact {
 impl RedisFact {
     pub fn myself(&self) -> Option<&ClusterNode> {
         self.nodes.iter().find(|n| n.myself)
+    }
+
+    /// A replica that may be made a master: its link is up and what it
+    /// holds is on its disk, so a crash right after the promotion cannot
+    /// bring it back empty with its replicas syncing from it.
+    pub fn promotable(&self) -> bool {
+        self.link_up && !self.aof_rewriting
     }
 
     /// Ids of the nodes it knows and has finished the handshake with.
@@ -98,6 +116,19 @@ pub struct Observed {
     /// A shard that runs one Pod more than its replicas ask for: the
     /// temporary replica of a rollout's surge.
     pub surge: Option<usize>,
+    /// A rollout or a RedisOperation is moving master roles: the spread
+    /// over failure domains waits until it is done.
+    pub roles_held: bool,
+    /// Pods a user made master (a succeeded Failover operation that still
+    /// exists): the spread moves other shards, not these.
+    pub user_placed: BTreeSet<String>,
+    /// Failure domains a Pod of this cluster could be scheduled to now (a
+    /// Ready Node without taints); empty when the spec's own scheduling
+    /// rules decide where Pods go, which turns re-placing Pods off.
+    pub open_domains: BTreeSet<String>,
+    /// Pods created before this have run long enough to be moved to another
+    /// domain (a Pod is not moved twice in a row); `None`: none may move.
+    pub movable_before: Option<k8s_openapi::jiff::Timestamp>,
 }
 
 /// A node addressed by Pod, id and IP, as an action needs it.
@@ -133,8 +164,10 @@ pub enum Action {
     Forget { ids_by_pod: BTreeMap<String, Vec<String>> },
     /// Promote a caught-up replica with `CLUSTER FAILOVER` (coordinated;
     /// FORCE only when the master cannot be reached). `operation` names the
-    /// RedisOperation that asked for it, whose status records it as sent.
-    Failover { pod: String, shard: usize, reason: String, force: bool, operation: Option<String> },
+    /// RedisOperation that asked for it, whose status records it as sent;
+    /// `spread`: it moves a master to a less loaded failure domain on a
+    /// healthy cluster (which stays Ready meanwhile).
+    Failover { pod: String, shard: usize, reason: String, force: bool, operation: Option<String>, spread: bool },
     /// Move slots, pairs of masters in parallel; `repair` when finishing
     /// slots something left open. `remaining` counts slots still to move
     /// after this step; `others` hear the new owners at once.
@@ -148,6 +181,9 @@ pub enum Action {
     /// shard's current image: a rollout's step.
     /// `fresh_data`: its volume is replaced too (see the rollout planner).
     RecreatePod { pod: String, shard: usize, reason: String, fresh_data: bool },
+    /// Delete a replica's Pod (gracefully) so its StatefulSet recreates it
+    /// and the scheduler places it in a less crowded failure domain.
+    MovePod { pod: String, shard: usize, reason: String },
     /// Delete a drained leaving shard's StatefulSet.
     RemoveShard { shard: usize },
     /// The cluster matches the spec.
@@ -172,6 +208,7 @@ impl Action {
             | Action::RemoveShard { .. }
             | Action::DeletePod { .. }
             | Action::RecreatePod { .. }
+            | Action::MovePod { .. }
             | Action::Converged => vec![],
         }
     }
@@ -291,6 +328,8 @@ const STEPS: &[Step] = &[
     replicas::fail_over_off_removed_ordinals,
     |p| moves::rebalance(p.observed, &p.masters),
     remove_drained_shard,
+    placement::restore_spread,
+    placement::move_crowded_replica,
 ];
 
 pub fn plan(observed: &Observed) -> Action {
@@ -304,31 +343,35 @@ fn remove_drained_shard(p: &Planning) -> Option<Action> {
 }
 
 /// The master of each shard present: the shard's node that owns slots, else
-/// one its shard-mates replicate, else its lowest ordinal if nobody in the
-/// shard follows anyone (a fresh shard); `None` when its nodes follow a
-/// master that is not reachable (Redis is failing over, or must).
+/// one its shard-mates replicate, else, if nobody in the shard follows anyone
+/// (a fresh shard), the Pod in the failure domain holding the fewest masters
+/// so far; `None` when its nodes follow a master that is not reachable (Redis
+/// is failing over, or must).
 fn shard_masters<'a>(observed: &Observed, reachable: &[&'a PodFact]) -> BTreeMap<usize, Option<&'a PodFact>> {
     let shards: BTreeSet<usize> = reachable.iter().map(|p| p.shard).collect();
-    shards
-        .into_iter()
-        .map(|shard| {
-            let members: Vec<&PodFact> = reachable.iter().copied().filter(|p| p.shard == shard).collect();
-            let myself = |p: &PodFact| observed.redis[&p.name].myself().cloned();
-            if let Some(owner) = members.iter().find(|p| myself(p).is_some_and(|n| owns_slots(&n))) {
-                return (shard, Some(*owner));
-            }
+    let myself = |p: &PodFact| observed.redis[&p.name].myself().cloned();
+    let mut fresh = Vec::new();
+    let mut masters: BTreeMap<usize, Option<&'a PodFact>> = BTreeMap::new();
+    for shard in shards {
+        let members: Vec<&PodFact> = reachable.iter().copied().filter(|p| p.shard == shard).collect();
+        let master = if let Some(owner) = members.iter().find(|p| myself(p).is_some_and(|n| owns_slots(&n))) {
+            Some(*owner)
+        } else {
             let followed: BTreeSet<String> = members.iter().filter_map(|p| myself(p)?.master_id).collect();
-            if let Some(master) =
-                members.iter().find(|p| observed.id_of(&p.name).is_some_and(|id| followed.contains(id)))
-            {
-                return (shard, Some(*master));
+            let leader = members.iter().find(|p| observed.id_of(&p.name).is_some_and(|id| followed.contains(id)));
+            if leader.is_none() && followed.is_empty() {
+                fresh.push((shard, members));
+                continue;
             }
-            if !followed.is_empty() {
-                return (shard, None);
-            }
-            (shard, members.iter().min_by_key(|p| p.ordinal).copied())
-        })
-        .collect()
+            leader.copied()
+        };
+        masters.insert(shard, master);
+    }
+    for (shard, members) in fresh {
+        let chosen: Vec<&PodFact> = masters.values().flatten().copied().collect();
+        masters.insert(shard, placement::choose_fresh_master(&members, reachable, &chosen));
+    }
+    masters
 }
 
 #[cfg(test)]
@@ -337,5 +380,8 @@ mod bootstrap_tests;
 #[cfg(test)]
 #[path = "day2_tests.rs"]
 mod day2_tests;
+#[cfg(test)]
+#[path = "placement_tests.rs"]
+mod placement_tests;
 #[cfg(test)]
 pub(crate) mod sim;

@@ -51,15 +51,15 @@ pub fn fail_over_off_removed_ordinals(p: &Planning) -> Option<Action> {
         }
         let master_id = observed.id_of(&master.name)?;
         let candidate = observed.pods.iter().filter(|pod| pod.shard == shard && pod.ordinal < wanted).find(|pod| {
-            observed
-                .redis
-                .get(&pod.name)
-                .is_some_and(|f| f.link_up && f.myself().is_some_and(|n| n.master_id.as_deref() == Some(master_id)))
+            observed.redis.get(&pod.name).is_some_and(|f| {
+                f.promotable() && f.myself().is_some_and(|n| n.master_id.as_deref() == Some(master_id))
+            })
         });
         return Some(match candidate {
             Some(pod) => Action::Failover {
                 force: false,
                 operation: None,
+                spread: false,
                 pod: pod.name.clone(),
                 shard,
                 reason: format!("{} is removed by replicasPerMaster {}", master.name, observed.replicas_per_master),

@@ -113,7 +113,7 @@ pub fn view(observed: &Observed, healthy: Result<(), String>) -> ClusterView {
                 reachable: fact.is_some(),
                 master,
                 release: fact.and_then(|f| Release::parse(f.engine, &f.version)),
-                link_up: fact.is_some_and(|f| f.link_up),
+                link_up: fact.is_some_and(|f| f.promotable()),
                 lag,
             }
         })
@@ -199,7 +199,7 @@ pub fn plan(
                 Action::RecreatePod { pod, shard, reason, fresh_data }
             }
             (None, Act::Failover { shard, pod, reason, .. }) => {
-                Action::Failover { pod, shard, reason, force: false, operation: None }
+                Action::Failover { pod, shard, reason, force: false, operation: None, spread: false }
             }
             (None, Act::Done) => Action::Converged,
         };

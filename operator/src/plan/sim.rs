@@ -36,6 +36,7 @@ pub fn add_fresh_pod(o: &mut Observed, shard: usize, ordinal: usize) {
             version: "7.0.15".into(),
             replication_offset: None,
             link_up: false,
+            aof_rewriting: false,
             memory: MemoryFact { used: 2 << 20, dataset: 1 << 20, maxmemory: 0 },
             stats: Default::default(),
         },
@@ -45,8 +46,17 @@ pub fn add_fresh_pod(o: &mut Observed, shard: usize, ordinal: usize) {
 
 /// Fresh nodes: each knows only itself.
 pub fn fresh(shards: usize, replicas: usize) -> Observed {
-    let mut o =
-        Observed { shards, replicas_per_master: replicas, pods: Vec::new(), redis: BTreeMap::new(), surge: None };
+    let mut o = Observed {
+        shards,
+        replicas_per_master: replicas,
+        pods: Vec::new(),
+        redis: BTreeMap::new(),
+        surge: None,
+        roles_held: false,
+        user_placed: BTreeSet::new(),
+        open_domains: BTreeSet::new(),
+        movable_before: None,
+    };
     for shard in 0..shards {
         for ordinal in 0..=replicas {
             add_fresh_pod(&mut o, shard, ordinal);
@@ -215,6 +225,9 @@ pub fn apply(o: &mut Observed, action: &Action) {
             sync(o);
         }
         Action::DeletePod { pod, .. } | Action::RecreatePod { pod, .. } => remove_pods(o, std::slice::from_ref(pod)),
+        // A moved replica keeps its volume and comes back as the same node;
+        // only where it runs changes (the scheduler places it again).
+        Action::MovePod { pod, .. } => o.pods.iter_mut().find(|p| &p.name == pod).unwrap().domain = None,
         Action::RemoveShard { shard } => {
             let names: Vec<String> = o.pods.iter().filter(|p| p.shard == *shard).map(|p| p.name.clone()).collect();
             remove_pods(o, &names);
@@ -226,9 +239,15 @@ pub fn apply(o: &mut Observed, action: &Action) {
 /// Plans and applies until converged; Kubernetes acts between steps, and a
 /// wait for departed nodes to be failed passes (the simulation fails them).
 pub fn converge(o: &mut Observed) -> Vec<Action> {
+    converge_with(o, |_| {})
+}
+
+/// [`converge`], with `scheduler` placing Pods after Kubernetes made them.
+pub fn converge_with(o: &mut Observed, mut scheduler: impl FnMut(&mut Observed)) -> Vec<Action> {
     let mut steps = Vec::new();
-    for _ in 0..200 {
+    for _ in 0..300 {
         kubernetes(o);
+        scheduler(o);
         let action = plan(o);
         if action == Action::Converged {
             return steps;
@@ -237,7 +256,7 @@ pub fn converge(o: &mut Observed) -> Vec<Action> {
         apply(o, &action);
         steps.push(action);
     }
-    panic!("no convergence in 200 steps: {steps:?}");
+    panic!("no convergence in 300 steps: {steps:?}");
 }
 
 /// One cluster, every slot once, one master per staying shard, replicas of

@@ -30,6 +30,7 @@ pub struct NodeFacts {
     pub server_info: String,
     pub replication_info: String,
     pub memory_info: String,
+    pub persistence_info: String,
     /// `INFO stats` and `INFO clients`, for what the console charts.
     pub stats_info: String,
     pub clients_info: String,
@@ -86,20 +87,33 @@ impl RedisNode {
         let mut pipe = redis::pipe();
         pipe.cmd("CLUSTER").arg("NODES").cmd("CLUSTER").arg("INFO");
         pipe.cmd("INFO").arg("server").cmd("INFO").arg("replication").cmd("INFO").arg("memory");
-        pipe.cmd("INFO").arg("stats").cmd("INFO").arg("clients");
-        type Answers = (String, String, String, String, String, String, String);
-        let (nodes, cluster_info, server_info, replication_info, memory_info, stats_info, clients_info): Answers =
-            tokio::time::timeout(CALL_TIMEOUT, pipe.query_async(&mut self.connection))
-                .await
-                .map_err(|_| RedisError::Timeout { addr: self.addr.clone(), command: "CLUSTER NODES+INFO" })?
-                .map_err(|source| RedisError::Command {
-                    addr: self.addr.clone(),
-                    command: "CLUSTER NODES+INFO",
-                    source,
-                })?;
+        pipe.cmd("INFO").arg("persistence").cmd("INFO").arg("stats").cmd("INFO").arg("clients");
+        type Answers = (String, String, String, String, String, String, String, String);
+        let (
+            nodes,
+            cluster_info,
+            server_info,
+            replication_info,
+            memory_info,
+            persistence_info,
+            stats_info,
+            clients_info,
+        ): Answers = tokio::time::timeout(CALL_TIMEOUT, pipe.query_async(&mut self.connection))
+            .await
+            .map_err(|_| RedisError::Timeout { addr: self.addr.clone(), command: "CLUSTER NODES+INFO" })?
+            .map_err(|source| RedisError::Command { addr: self.addr.clone(), command: "CLUSTER NODES+INFO", source })?;
         let nodes =
             parse_cluster_nodes(&nodes).map_err(|source| RedisError::Parse { addr: self.addr.clone(), source })?;
-        Ok(NodeFacts { nodes, cluster_info, server_info, replication_info, memory_info, stats_info, clients_info })
+        Ok(NodeFacts {
+            nodes,
+            cluster_info,
+            server_info,
+            replication_info,
+            memory_info,
+            persistence_info,
+            stats_info,
+            clients_info,
+        })
     }
 
     async fn call<T: redis::FromRedisValue>(&mut self, name: &'static str, cmd: &redis::Cmd) -> Result<T, RedisError> {
@@ -134,6 +148,12 @@ impl RedisNode {
     /// master's agreement, no write acknowledged by the old master lost.
     pub async fn failover(&mut self) -> Result<(), RedisError> {
         self.call("CLUSTER FAILOVER", redis::cmd("CLUSTER").arg("FAILOVER")).await
+    }
+
+    /// `ROLE`'s first word is `master`.
+    pub async fn is_master(&mut self) -> Result<bool, RedisError> {
+        let role: Vec<redis::Value> = self.call("ROLE", &redis::cmd("ROLE")).await?;
+        Ok(matches!(role.first(), Some(redis::Value::BulkString(word)) if word.as_slice() == b"master"))
     }
 
     /// `CLUSTER FAILOVER FORCE`: only when the master cannot be reached.
