@@ -4,6 +4,7 @@
 mod act;
 mod apply;
 pub mod cache;
+pub mod events;
 pub(crate) mod observe;
 mod operation;
 pub mod report;
@@ -17,9 +18,8 @@ use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::{Action as Requeue, Controller};
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::reflector::ObjectRef;
-use kube::runtime::watcher;
+use kube::runtime::{WatchStreamExt as _, watcher};
 use kube::{Client, Resource as _, ResourceExt as _};
 use tracing::Instrument as _;
 
@@ -33,6 +33,7 @@ use crate::publish;
 use crate::redis::pool::Pool;
 use crate::resources::ShardShape;
 use cache::{Caches, Triggers};
+use events::{EventType, Events};
 use slotkeeper_readmodel::{ClusterKey, Publisher, Source};
 
 /// Right after a step, look again at once (the next step usually follows);
@@ -64,7 +65,7 @@ fn own_scheduling(cluster: &RedisCluster) -> bool {
 /// Shared by every reconcile.
 pub struct Context {
     pub client: Client,
-    pub recorder: Recorder,
+    pub events: Events,
     pub metrics: Arc<Metrics>,
     pub caches: Caches,
     /// Open connections to Redis nodes, reused across reconciles.
@@ -100,10 +101,9 @@ impl Context {
     }
 
     pub fn new(client: Client, instance: String, metrics: Arc<Metrics>, caches: Caches, publisher: Publisher) -> Self {
-        let reporter = Reporter { controller: FIELD_MANAGER.into(), instance: Some(instance) };
         let (nudges, nudged) = tokio::sync::mpsc::unbounded_channel();
         Self {
-            recorder: Recorder::new(client.clone(), reporter),
+            events: Events::new(client.clone(), FIELD_MANAGER.into(), instance),
             client,
             metrics,
             caches,
@@ -142,8 +142,7 @@ impl Context {
     }
 
     async fn publish(&self, object: &ObjectReference, type_: EventType, reason: &str, note: String) {
-        let event = Event { type_, reason: reason.into(), note: Some(note), action: reason.into(), secondary: None };
-        if let Err(error) = self.recorder.publish(&event, object).await {
+        if let Err(error) = self.events.publish(object, type_, reason, note).await {
             tracing::warn!(%error, "cannot publish event");
         }
     }
@@ -161,7 +160,13 @@ async fn run_clusters(ctx: Arc<Context>, triggers: Triggers, namespace: Option<&
         None => Api::all(ctx.client.clone()),
     };
     let nudged = ctx.nudged.lock().expect("nudge lock").take().expect("the cluster controller runs once");
-    Controller::new(clusters, watcher::Config::default())
+    let (reader, writer) = kube::runtime::reflector::store();
+    let watched = watcher(clusters, watcher::Config::default())
+        .default_backoff()
+        .modify(cache::slim)
+        .reflect(writer)
+        .applied_objects();
+    Controller::for_stream(watched, reader)
         .reconcile_on(tokio_stream_of(nudged))
         .watches_stream(triggers.pods, |pod| cache::cluster_of(&pod))
         .owns_stream(triggers.secrets)
