@@ -14,6 +14,7 @@ use kube::Api;
 use kube::api::ListParams;
 use redis::AsyncCommands as _;
 use slotkeeper_operator::api::RedisCluster;
+use slotkeeper_operator::api::lag::ReplicationLag;
 
 #[tokio::test]
 async fn example_cluster_bootstraps_serves_keys_and_spreads_replicas() {
@@ -70,6 +71,48 @@ async fn example_cluster_bootstraps_serves_keys_and_spreads_replicas() {
         let value: i64 = connection.get(format!("key:{i}")).await.unwrap();
         assert_eq!(value, i);
     }
+
+    // Replication lag, as a bucket: every replica in sync, shown by `-o wide`.
+    let lag_of = |c: &RedisCluster, pod: &str| {
+        c.status.as_ref().unwrap().nodes.iter().find(|n| n.pod == pod).and_then(|n| n.replication_lag)
+    };
+    let replica = status.nodes.iter().find(|n| n.role.as_deref() == Some("replica")).unwrap().clone();
+    wait_until("every replica reported InSync", Duration::from_secs(60), || async {
+        let c = api.get("example").await.ok()?;
+        let s = c.status.as_ref()?;
+        let replicas: Vec<_> = s.nodes.iter().filter(|n| n.role.as_deref() == Some("replica")).collect();
+        let all = replicas.len() == 3 && replicas.iter().all(|n| n.replication_lag == Some(ReplicationLag::InSync));
+        (all && s.replication_lag == Some(ReplicationLag::InSync)).then_some(())
+    })
+    .await;
+    let (ok, wide) = kubectl(env, &["-n", &ns, "get", "rdc", "example", "-o", "wide"], None);
+    assert!(ok && wide.contains("LAG") && wide.contains("InSync"), "{wide}");
+    // One replica loses its link (it can no longer authenticate to its
+    // master): status says LinkDown for it and for the cluster, then InSync
+    // once the link is back.
+    let mut node = redis::Client::open(format!("redis://:{password}@{}:6379/", replica.ip.as_deref().unwrap()))
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let _: () =
+        redis::cmd("CONFIG").arg(&["SET", "masterauth", "not-the-password"]).query_async(&mut node).await.unwrap();
+    let _: i64 = redis::cmd("CLIENT").arg(&["KILL", "TYPE", "master"]).query_async(&mut node).await.unwrap();
+    wait_until("the replica reported LinkDown", Duration::from_secs(60), || async {
+        let c = api.get("example").await.ok()?;
+        let down = lag_of(&c, &replica.pod) == Some(ReplicationLag::LinkDown);
+        (down && c.status.as_ref()?.replication_lag == Some(ReplicationLag::LinkDown)).then_some(())
+    })
+    .await;
+    let (_, wide) = kubectl(env, &["-n", &ns, "get", "rdc", "example", "-o", "wide"], None);
+    assert!(wide.contains("LinkDown"), "{wide}");
+    let _: () = redis::cmd("CONFIG").arg(&["SET", "masterauth", &password]).query_async(&mut node).await.unwrap();
+    wait_until("the replica reported InSync again", Duration::from_secs(60), || async {
+        let c = api.get("example").await.ok()?;
+        let back = lag_of(&c, &replica.pod) == Some(ReplicationLag::InSync);
+        (back && c.status.as_ref()?.replication_lag == Some(ReplicationLag::InSync)).then_some(())
+    })
+    .await;
 
     // The story is told in events.
     let (_, described) = kubectl(env, &["-n", &ns, "describe", "rdc", "example"], None);

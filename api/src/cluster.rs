@@ -10,6 +10,7 @@ use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
 
 pub use crate::catalog::Engine;
+use crate::lag::ReplicationLag;
 use crate::rollout::{RolloutSpec, UpgradeStatus};
 
 /// The CEL rule that `spec.redis.engine` and `spec.redis.version` name a
@@ -47,6 +48,7 @@ pub const DEFAULT_TOPOLOGY_KEY: &str = "kubernetes.io/hostname";
     printcolumn = r#"{"name":"Engine","type":"string","jsonPath":".status.currentEngine"}"#,
     printcolumn = r#"{"name":"Version","type":"string","jsonPath":".status.currentVersion"}"#,
     printcolumn = r#"{"name":"Target","type":"string","priority":1,"jsonPath":".spec.redis.version"}"#,
+    printcolumn = r#"{"name":"Lag","type":"string","priority":1,"description":"the furthest replica behind its master","jsonPath":".status.replicationLag"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#,
     validation = Rule::new("has(self.spec.storage) == has(oldSelf.spec.storage)").message("spec.storage cannot be added or removed after creation: a cluster is either ephemeral or persistent; create a new RedisCluster instead")
 )]
@@ -240,6 +242,9 @@ pub struct RedisClusterStatus {
     /// `spec.placement.topologyKey` on the Pods' Nodes) holds.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub failure_domains: Vec<FailureDomainStatus>,
+    /// The furthest any replica is behind its master (`kubectl get rdc -o wide`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replication_lag: Option<ReplicationLag>,
 }
 
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
@@ -301,6 +306,11 @@ pub struct NodeStatus {
     pub version: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub replication_offset: Option<i64>,
+    /// A replica's distance behind its master, as a bucket (it changes only
+    /// when the replica crosses one, so a busy master is not a status write
+    /// per resync).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replication_lag: Option<ReplicationLag>,
 }
 
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]

@@ -10,6 +10,7 @@ pub mod capacity;
 pub mod catalog;
 pub mod cluster;
 pub mod conversion;
+pub mod lag;
 pub mod names;
 pub mod operation;
 pub mod rollout;

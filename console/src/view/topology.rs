@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 
 use leptos::prelude::*;
 use slotkeeper_api::RedisCluster;
+use slotkeeper_api::lag::ReplicationLag;
 use slotkeeper_api::topology::{SlotRange, count};
 use slotkeeper_readmodel::{NodeView, Observation, Role};
 
@@ -38,8 +39,8 @@ pub fn nodes(cluster: &RedisCluster, observation: Option<&Observation>) -> Vec<N
                 master_pod: n.master_id.as_deref().and_then(|id| pod_of_id.get(id)).map(|p| (*p).to_owned()),
                 slots: n.slots.iter().filter_map(|r| parse_range(r)).collect(),
                 version: n.version.clone(),
-                // Status does not carry link state; a replica with a master in status counts as linked.
-                link_up: n.master_id.is_some(),
+                // Status carries a replica's lag as a bucket; one without counts as linked.
+                link_up: n.master_id.is_some() && n.replication_lag != Some(ReplicationLag::LinkDown),
                 ..Default::default()
             }
         })

@@ -4,6 +4,7 @@
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
 
+use crate::api::lag::ReplicationLag;
 use crate::api::names::*;
 use crate::api::rollout::RolloutPhase;
 use crate::api::{FailureDomainStatus, NodeStatus, Phase, RedisCluster, RedisClusterStatus, ReshardStatus, StepStatus};
@@ -24,6 +25,7 @@ pub fn build_status(
 ) -> RedisClusterStatus {
     let old = cluster.status.clone().unwrap_or_default();
     let generation = cluster.metadata.generation;
+    let lag_before = |pod: &str| old.nodes.iter().find(|n| n.pod == pod).and_then(|n| n.replication_lag);
     let nodes: Vec<NodeStatus> = observed
         .pods
         .iter()
@@ -41,9 +43,17 @@ pub fn build_status(
                 slots: me.map(|n| n.slots.iter().map(ToString::to_string).collect()).unwrap_or_default(),
                 engine: fact.map(|f| f.engine),
                 version: fact.map(|f| f.version.clone()),
-                // Raw offsets move with every replication ping, which would turn each
-                // resync into a status write; lag reporting comes with failover work.
+                // Raw offsets move with every write the master takes, which would
+                // turn each resync into a status write: a bucket is reported instead.
                 replication_offset: None,
+                replication_lag: fact.zip(me).filter(|(_, me)| !me.master && me.master_id.is_some()).and_then(
+                    |(f, _)| match (f.link_up, observed.lag_of(&pod.name)) {
+                        (false, _) => Some(ReplicationLag::LinkDown),
+                        (true, Some(lag)) => Some(ReplicationLag::of(Some(lag), lag_before(&pod.name))),
+                        // Its master did not answer this time: what was reported stands.
+                        (true, None) => lag_before(&pod.name),
+                    },
+                ),
             }
         })
         .collect();
@@ -177,6 +187,7 @@ pub fn build_status(
     };
 
     RedisClusterStatus {
+        replication_lag: nodes.iter().filter_map(|n| n.replication_lag).max(),
         phase: Some(phase),
         observed_generation: generation,
         conditions: vec![ready, progressing, degraded],

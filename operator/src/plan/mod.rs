@@ -258,6 +258,17 @@ impl Observed {
         self.pods.iter().filter(|p| sizes.get(&p.shard).is_none_or(|&size| p.ordinal < size)).collect()
     }
 
+    /// How many bytes `pod`, a replica, is behind the master it follows, by
+    /// the offsets both reported; `None` for a master, or when either of
+    /// them did not answer.
+    pub fn lag_of(&self, pod: &str) -> Option<u64> {
+        let fact = self.redis.get(pod)?;
+        let me = fact.myself().filter(|me| !owns_slots(me))?;
+        let master_id = me.master_id.as_deref()?;
+        let master = self.redis.values().find(|f| f.myself().is_some_and(|m| m.id == master_id))?;
+        Some(master.replication_offset?.saturating_sub(fact.replication_offset?).max(0) as u64)
+    }
+
     fn id_of(&self, pod: &str) -> Option<&str> {
         self.redis.get(pod)?.myself().map(|n| n.id.as_str())
     }

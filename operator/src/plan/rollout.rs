@@ -89,9 +89,6 @@ fn is_active(status: &UpgradeStatus) -> bool {
 
 /// What the rollout planner sees of the cluster.
 pub fn view(observed: &Observed, healthy: Result<(), String>) -> ClusterView {
-    let offset_of_id = |id: &str| {
-        observed.redis.values().find(|f| f.myself().is_some_and(|m| m.id == id)).and_then(|f| f.replication_offset)
-    };
     let nodes = observed
         .pods
         .iter()
@@ -99,10 +96,7 @@ pub fn view(observed: &Observed, healthy: Result<(), String>) -> ClusterView {
             let fact = observed.redis.get(&pod.name);
             let me = fact.and_then(|f| f.myself());
             let master = me.is_some_and(|n| n.master && !n.slots.is_empty());
-            let lag = fact.zip(me).filter(|_| !master).and_then(|(f, me)| {
-                let master_offset = offset_of_id(me.master_id.as_deref()?)?;
-                Some(master_offset.saturating_sub(f.replication_offset?).max(0) as u64)
-            });
+            let lag = observed.lag_of(&pod.name);
             NodeView {
                 pod: pod.name.clone(),
                 shard: pod.shard,
