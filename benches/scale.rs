@@ -1,9 +1,10 @@
-//! Steady-state cost with 50 clusters of 3 masters: operator resident memory,
+//! Steady-state cost with N clusters of 3 masters (50 unless given: `cargo
+//! bench --bench scale -- 100`): operator resident memory, with the console's read model on,
 //! reconcile latency (p50/p99 from the reconcile-time histogram) and API
 //! requests per minute, writes counted from the apiserver's audit log,
 //! over a 120 s window (about 200 reconciles, so p99 is not just the maximum).
 //!
-//! Run: `cargo build --release --workspace --bins && cargo bench --bench scale`
+//! Run: `cargo build --release --workspace --bins && cargo bench --bench scale -- 100`
 
 #[path = "../tests/common/mod.rs"]
 mod common;
@@ -17,23 +18,25 @@ use kube::Api;
 use kube::api::ListParams;
 use slotkeeper_operator::api::RedisCluster;
 
-const CLUSTERS: usize = 50;
+const DEFAULT_CLUSTERS: usize = 50;
 const WINDOW: Duration = Duration::from_secs(120);
 
 fn main() {
+    // cargo passes `--bench`; the first number given is the cluster count.
+    let clusters = std::env::args().skip(1).find_map(|a| a.parse::<usize>().ok()).unwrap_or(DEFAULT_CLUSTERS);
     let runtime = tokio::runtime::Runtime::new().unwrap();
     runtime.block_on(async {
         let env = shared_env();
         let operator = shared_operator(env);
         let client = env.client().await.unwrap();
         let ns = namespace(&client, "bench-scale").await;
-        let took = create_clusters(env, &ns, CLUSTERS, "").await;
+        let took = create_clusters(env, &ns, clusters, "").await;
         let api: Api<RedisCluster> = Api::namespaced(client.clone(), &ns);
-        println!("{CLUSTERS} clusters of 3 masters Running after {:.0}s", took.as_secs_f64());
+        println!("{clusters} clusters of 3 masters Running after {:.0}s", took.as_secs_f64());
 
         tokio::time::sleep(Duration::from_secs(10)).await;
         // The floor, measured beside the operator in the same window: the
-        // round trip a reconcile cannot avoid (the same seven-command pipeline
+        // round trip a reconcile cannot avoid (the same eight-command pipeline
         // to a cluster's three masters at once, over kept connections).
         let mut targets = Vec::new();
         for c in api.list(&ListParams::default()).await.unwrap().items {
@@ -51,14 +54,14 @@ fn main() {
             let deadline = Instant::now() + WINDOW;
             let mut i = 0;
             while Instant::now() < deadline {
-                let connections = &mut targets[i % CLUSTERS];
+                let connections = &mut targets[i % clusters];
                 i += 1;
                 let started = Instant::now();
                 let asks = connections.iter_mut().map(|c| async move {
                     let mut pipe = redis::pipe();
                     pipe.cmd("CLUSTER").arg("NODES").cmd("CLUSTER").arg("INFO");
                     pipe.cmd("INFO").arg("server").cmd("INFO").arg("replication").cmd("INFO").arg("memory");
-                    pipe.cmd("INFO").arg("stats").cmd("INFO").arg("clients");
+                    pipe.cmd("INFO").arg("persistence").cmd("INFO").arg("stats").cmd("INFO").arg("clients");
                     let _: Vec<String> = pipe.query_async(c).await.unwrap();
                 });
                 futures::future::join_all(asks).await;
@@ -94,7 +97,7 @@ fn main() {
             }
         }
         let per_minute = 60.0 / WINDOW.as_secs_f64();
-        println!("steady state over {WINDOW:?} with {CLUSTERS} clusters:");
+        println!("steady state over {WINDOW:?} with {clusters} clusters:");
         println!("  operator resident memory: {rss:.1} MiB (target < 50 MiB)");
         println!("  reconciles: {:.0}/min; reconcile p50 {}, p99 {} (target p99 < 20 ms)", reconciles * per_minute, quantile(&b, &a, 0.5), quantile(&b, &a, 0.99));
         println!(

@@ -28,6 +28,7 @@ use tokio::sync::broadcast;
 pub use events::{EventLog, EventView};
 pub use observation::{NodeView, Observation, Role, Source, StatsFact};
 pub use samples::{Sample, SampleRing};
+pub use watches::slim;
 
 /// A cluster by namespace and name.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]

@@ -64,6 +64,8 @@ where
     }
 }
 
+pub use slotkeeper_readmodel::slim;
+
 fn labelled() -> watcher::Config {
     watcher::Config::default().labels(LABEL_CLUSTER)
 }
@@ -81,7 +83,11 @@ where
         + 'static,
 {
     let (store, writer) = reflector::store();
-    let stream = watcher(api::<K>(client, namespace), labelled()).default_backoff().reflect(writer).touched_objects();
+    let stream = watcher(api::<K>(client, namespace), labelled())
+        .default_backoff()
+        .modify(slim)
+        .reflect(writer)
+        .touched_objects();
     (store, Box::pin(stream))
 }
 
@@ -98,6 +104,7 @@ impl Caches {
         let operation_trigger = Box::pin(
             watcher(api::<RedisOperation>(client, namespace), watcher::Config::default())
                 .default_backoff()
+                .modify(slim)
                 .reflect(operation_writer)
                 .touched_objects(),
         );
