@@ -72,9 +72,11 @@ pub fn build_status(
     let (current_engine, current_version, current_image) = rollout.current.clone();
     let converged = *action == Action::Converged;
     let refused = matches!(action, Action::Refused(_));
-    // A healthy cluster moving a master apart keeps serving: Running and Ready.
-    let spreading = matches!(action, Action::Failover { spread: true, .. });
     let was_running = matches!(old.phase, Some(Phase::Running | Phase::Recovering | Phase::Scaling));
+    // A healthy cluster moving a master apart keeps serving: Running and
+    // Ready. One still being created is not Running yet (so becoming Ready
+    // is still told, by ClusterReady, once it has converged).
+    let spreading = matches!(action, Action::Failover { spread: true, .. }) && was_running;
     let upgrade = rollout.status.clone();
     let upgrading = upgrade.as_ref().is_some_and(|u| u.phase.is_active());
     let halted = upgrade.as_ref().filter(|u| u.phase == RolloutPhase::Halted);
