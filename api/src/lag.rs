@@ -51,15 +51,6 @@ impl ReplicationLag {
             ReplicationLag::FarBehind
         }
     }
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ReplicationLag::InSync => "InSync",
-            ReplicationLag::Behind => "Behind",
-            ReplicationLag::FarBehind => "FarBehind",
-            ReplicationLag::LinkDown => "LinkDown",
-        }
-    }
 }
 
 #[cfg(test)]

@@ -107,10 +107,9 @@ impl Events {
                 Published { namespace, name, count, last: now }
             }
             Publication::Create => {
-                let namespace = regarding.namespace.clone().unwrap_or_else(|| "default".to_owned());
-                let name =
-                    format!("{}.{:x}", regarding.name.as_deref().unwrap_or(&self.controller), now.as_nanosecond());
-                let event = self.event(regarding, type_, reason, note, &namespace, &name, now);
+                let event = self.event(regarding, type_, reason, note, now);
+                let (namespace, name) = (event.metadata.namespace.clone(), event.metadata.name.clone());
+                let (namespace, name) = (namespace.expect("set by event()"), name.expect("set by event()"));
                 let events: Api<K8sEvent> = Api::namespaced(self.client.clone(), &namespace);
                 events.create(&PostParams::default(), &event).await?;
                 Published { namespace, name, count: 1, last: now }
@@ -120,17 +119,17 @@ impl Events {
         Ok(())
     }
 
-    #[allow(clippy::too_many_arguments)]
+    /// A new event, named after the object and the moment, in its namespace.
     fn event(
         &self,
         regarding: &ObjectReference,
         type_: EventType,
         reason: &str,
         note: String,
-        namespace: &str,
-        name: &str,
         now: Timestamp,
     ) -> K8sEvent {
+        let namespace = regarding.namespace.clone().unwrap_or_else(|| "default".to_owned());
+        let name = format!("{}.{:x}", regarding.name.as_deref().unwrap_or(&self.controller), now.as_nanosecond());
         K8sEvent {
             metadata: ObjectMeta {
                 namespace: Some(namespace.to_owned()),
