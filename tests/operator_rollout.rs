@@ -104,15 +104,15 @@ async fn redis_6_2_to_valkey_8_1_in_two_rollouts_with_nothing_lost_and_a_pause_h
     assert!(gaps.is_empty(), "a shard without a reachable master: {:?}", &gaps[..gaps.len().min(10)]);
     let history = events(&kube, &ns).await;
     // The canary shard first: its temporary replica (ordinal 2) joins, then
-    // its replica is recreated: ordinal 1 in the first hop. In the second,
-    // whichever of 0 and 1 is a replica then goes first: the first hop's
-    // failover made ordinal 1 master, and spreading masters over the Nodes
-    // between the hops may have handed the role back to ordinal 0.
+    // whichever of ordinals 0 and 1 is a replica at that moment is recreated,
+    // then the other after the failover. Which one is the replica is not fixed:
+    // spreading masters over the Nodes (at creation, and between the hops) may
+    // hand the master role to either.
     assert_eq!(order.len(), 18, "each Pod recreated once per hop, one temporary replica per shard: {order:?}");
-    let hops: Vec<&[String]> = order.chunks(9).collect();
     let pods = |ordinals: [u8; 3]| ordinals.map(|o| format!("roll-shard-0-{o}")).to_vec();
-    assert_eq!(hops[0][..3], pods([2, 1, 0]), "{order:?}");
-    assert!(hops[1][..3] == pods([2, 0, 1]) || hops[1][..3] == pods([2, 1, 0]), "{order:?}");
+    for hop in order.chunks(9) {
+        assert!(hop[..3] == pods([2, 0, 1]) || hop[..3] == pods([2, 1, 0]), "canary shard first: {order:?}");
+    }
     let metrics = operator.metrics().await;
     let steps =
         common::metrics::sum(&metrics, "slotkeeper_rollout_steps_total{namespace=\"rollout\",cluster=\"roll\"}");

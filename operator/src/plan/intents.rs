@@ -75,6 +75,17 @@ pub fn caught_up(observed: &Observed, master: &str, replica: &str) -> Result<(),
     if !m.nodes.iter().any(|n| Some(n.id.as_str()) == replica_id && n.master_id.as_deref() == master_id) {
         return Err(format!("{master} does not see {replica} as its replica yet"));
     }
+    // The other masters vote, and deny a node they still see as a master
+    // ("it is a master node"): right after a failover moved the role away
+    // from `replica`, their view lags by a gossip round or two.
+    if let Some(voter) = observed.redis.iter().find_map(|(pod, f)| {
+        let me = f.myself()?;
+        let voter = me.master && !me.slots.is_empty() && pod != master;
+        let stale = f.nodes.iter().any(|n| Some(n.id.as_str()) == replica_id && n.master);
+        (voter && stale).then_some(pod)
+    }) {
+        return Err(format!("{voter} still sees {replica} as a master; waiting for gossip before the election"));
+    }
     let lag = m.replication_offset.unwrap_or(0) - r.replication_offset.unwrap_or(0);
     if lag > MAX_LAG_BYTES {
         return Err(format!("{replica} is {lag} bytes behind {master}"));
@@ -124,6 +135,24 @@ mod tests {
         let seen = o.redis.get_mut("c-shard-0-0").unwrap().nodes.iter_mut().find(|n| n.id == replica_id).unwrap();
         (seen.master, seen.master_id) = (true, None);
         assert!(matches!(failover_step(&o, &intent(false)), Some(Action::Wait(w)) if w.contains("does not see")));
+    }
+
+    #[test]
+    fn nothing_is_sent_while_another_master_still_sees_the_replica_as_a_master() {
+        // A spread failover just took the role from c-shard-0-1; c-shard-1-0
+        // has not heard yet and would deny it its vote.
+        let mut o = healthy();
+        let replica_id = o.redis["c-shard-0-1"].myself().unwrap().id.clone();
+        let seen = o.redis.get_mut("c-shard-1-0").unwrap().nodes.iter_mut().find(|n| n.id == replica_id).unwrap();
+        (seen.master, seen.master_id) = (true, None);
+        assert!(
+            matches!(failover_step(&o, &intent(false)), Some(Action::Wait(w)) if w.contains("c-shard-1-0 still sees c-shard-0-1 as a master"))
+        );
+        // A replica's stale view does not matter: replicas do not vote.
+        let mut o = healthy();
+        let seen = o.redis.get_mut("c-shard-1-1").unwrap().nodes.iter_mut().find(|n| n.id == replica_id).unwrap();
+        (seen.master, seen.master_id) = (true, None);
+        assert!(matches!(failover_step(&o, &intent(false)), Some(Action::Failover { force: false, .. })));
     }
 
     #[test]
