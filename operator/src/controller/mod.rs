@@ -505,6 +505,8 @@ async fn write_status(ctx: &Context, cluster: &RedisCluster, status: RedisCluste
     if cluster.status.as_ref() == Some(&status) {
         return Ok(());
     }
+    // Writes are rare by design (none in steady state): say what changed.
+    tracing::info!(changed = ?changed_fields(cluster.status.as_ref(), &status), "writing status");
     let api: Api<RedisCluster> = Api::namespaced(ctx.client.clone(), &cluster.namespace().unwrap_or_default());
     let patch = crate::api::status_patch::<RedisCluster>(&status);
     let written = api
@@ -513,4 +515,66 @@ async fn write_status(ctx: &Context, cluster: &RedisCluster, status: RedisCluste
         .map_err(Error::kube("write status"))?;
     ctx.written.remember(written);
     Ok(())
+}
+
+/// The status fields that differ, down to each node's (`nodes[<pod>].role`).
+fn changed_fields(before: Option<&RedisClusterStatus>, after: &RedisClusterStatus) -> Vec<String> {
+    let (before, after) =
+        (serde_json::to_value(before).unwrap_or_default(), serde_json::to_value(after).unwrap_or_default());
+    let empty = serde_json::Map::new();
+    let fields = |v: &serde_json::Value| v.as_object().cloned().unwrap_or_default();
+    let (b, a) = (fields(&before), fields(&after));
+    let mut keys: Vec<&String> = b.keys().chain(a.keys()).collect();
+    keys.sort();
+    keys.dedup();
+    let mut changed = Vec::new();
+    for key in keys.into_iter().filter(|k| b.get(*k) != a.get(*k)) {
+        let nodes = |m: &serde_json::Map<String, serde_json::Value>| -> Vec<serde_json::Value> {
+            m.get("nodes").and_then(|n| n.as_array()).cloned().unwrap_or_default()
+        };
+        if key != "nodes" {
+            changed.push(key.clone());
+            continue;
+        }
+        let (old, new) = (nodes(&b), nodes(&a));
+        for node in &new {
+            let pod = node["pod"].as_str().unwrap_or_default();
+            let was = old.iter().find(|n| n["pod"] == node["pod"]).and_then(|n| n.as_object()).unwrap_or(&empty);
+            let now = node.as_object().unwrap_or(&empty);
+            let mut fields: Vec<&String> = was.keys().chain(now.keys()).collect();
+            fields.sort();
+            fields.dedup();
+            for field in fields.into_iter().filter(|f| was.get(*f) != now.get(*f)) {
+                changed.push(format!("nodes[{pod}].{field}"));
+            }
+        }
+        if old.len() != new.len() {
+            changed.push(format!("nodes ({} → {})", old.len(), new.len()));
+        }
+    }
+    changed
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::NodeStatus;
+
+    #[test]
+    fn changed_fields_name_the_node_and_its_field() {
+        let node = |pod: &str, role: Option<&str>| NodeStatus {
+            pod: pod.into(),
+            role: role.map(String::from),
+            ..Default::default()
+        };
+        let before = RedisClusterStatus {
+            nodes: vec![node("c-0", Some("master")), node("c-1", Some("replica"))],
+            ..Default::default()
+        };
+        let mut after = before.clone();
+        after.nodes[1].role = None;
+        after.ready_masters = 2;
+        assert_eq!(changed_fields(Some(&before), &after), ["nodes[c-1].role", "readyMasters"]);
+        assert!(changed_fields(Some(&before), &before).is_empty());
+    }
 }
