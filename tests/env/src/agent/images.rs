@@ -1,10 +1,14 @@
-//! The image table: which local executables stand in for which container image.
-//! An image that matches no entry cannot be "pulled" (`ErrImagePull`).
+//! The image table: which local executables stand in for which container
+//! image, or which OCI image layout on disk is the image (its root filesystem
+//! is then unpacked and the process runs inside it). An image that matches no
+//! entry cannot be "pulled" (`ErrImagePull`).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
+
+use super::oci::OciImage;
 
 #[derive(Debug, Clone, Deserialize)]
 pub struct ImageTable {
@@ -17,8 +21,13 @@ pub struct ImageTable {
 struct ImageEntry {
     /// `name:tag` with `*` wildcards, matched after the default registry prefix is removed.
     pattern: String,
+    #[serde(default)]
     entrypoint: Vec<String>,
+    #[serde(default)]
     binaries: BTreeMap<String, PathBuf>,
+    /// An OCI image layout directory: the image itself, not a stand-in.
+    #[serde(default)]
+    oci: Option<PathBuf>,
 }
 
 /// An image resolved to the executables that make it up.
@@ -27,6 +36,8 @@ pub struct ResolvedImage {
     pub entrypoint: Vec<String>,
     /// Executables by command name, absolute paths that exist.
     pub binaries: BTreeMap<String, PathBuf>,
+    /// The image is an OCI image: run from its root filesystem.
+    pub oci: Option<OciImage>,
 }
 
 impl ImageTable {
@@ -47,6 +58,12 @@ impl ImageTable {
             let known: Vec<&str> = self.images.iter().map(|e| e.pattern.as_str()).collect();
             format!("image {image:?} is not in the node agent's image table (known: {})", known.join(", "))
         })?;
+        if let Some(layout) = &entry.oci {
+            let layout = if layout.is_absolute() { layout.clone() } else { self.root.join(layout) };
+            let image = OciImage::load(&layout)
+                .map_err(|e| format!("image {image:?}: {e} (build it: bash deploy/image/build.sh)"))?;
+            return Ok(ResolvedImage { entrypoint: Vec::new(), binaries: BTreeMap::new(), oci: Some(image) });
+        }
         let mut binaries = BTreeMap::new();
         for (command, path) in &entry.binaries {
             let path = if path.is_absolute() { path.clone() } else { self.root.join(path) };
@@ -58,7 +75,7 @@ impl ImageTable {
             }
             binaries.insert(command.clone(), path);
         }
-        Ok(ResolvedImage { entrypoint: entry.entrypoint.clone(), binaries })
+        Ok(ResolvedImage { entrypoint: entry.entrypoint.clone(), binaries, oci: None })
     }
 }
 
@@ -101,7 +118,12 @@ mod tests {
     #[test]
     fn unknown_image_names_the_known_ones() {
         let table = ImageTable {
-            images: vec![ImageEntry { pattern: "redis:7.0.*".into(), entrypoint: vec![], binaries: BTreeMap::new() }],
+            images: vec![ImageEntry {
+                pattern: "redis:7.0.*".into(),
+                entrypoint: vec![],
+                binaries: BTreeMap::new(),
+                oci: None,
+            }],
             root: PathBuf::from("/"),
         };
         let err = table.resolve("nginx:1.25").unwrap_err();

@@ -15,6 +15,7 @@ pub mod expand;
 pub mod images;
 pub mod network;
 pub mod nodes;
+pub mod oci;
 pub mod probes;
 pub mod provisioner;
 pub mod spec;

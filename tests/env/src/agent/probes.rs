@@ -199,6 +199,7 @@ mod tests {
                 working_dir: "/".into(),
                 bin_dir: "/".into(),
                 log_path: "/dev/null".into(),
+                root: None,
             },
             pid: 0,
         };

@@ -13,7 +13,9 @@ use k8s_openapi::api::core::v1::{
 use kube::api::PostParams;
 use kube::{Api, Client};
 
+use super::container::RootFs;
 use super::expand::expand;
+use super::oci::OciImage;
 
 /// Why a Pod's containers cannot be created yet (kept as the waiting message).
 pub type PrepareError = String;
@@ -332,4 +334,26 @@ pub fn container_mounts(container: &Container, sources: &HashMap<String, PathBuf
             Ok(Mount { source, target: PathBuf::from(&vm.mount_path), read_only: vm.read_only.unwrap_or(false) })
         })
         .collect()
+}
+
+/// Unpacks an OCI image's root filesystem for `container` and decides its
+/// user (the container's securityContext, then the Pod's, then the image's)
+/// and whether the root is read-only, as a kubelet would.
+pub fn image_root(pod: &Pod, container: &Container, image: &OciImage, dir: &Path) -> Result<RootFs, PrepareError> {
+    image.unpack(dir)?;
+    let own = container.security_context.as_ref();
+    let pod_level = pod.spec.as_ref().and_then(|s| s.security_context.as_ref());
+    let (image_uid, image_gid) = super::oci::resolve_user(&image.user, dir)?;
+    let uid = own.and_then(|c| c.run_as_user).or(pod_level.and_then(|p| p.run_as_user));
+    let gid = own.and_then(|c| c.run_as_group).or(pod_level.and_then(|p| p.run_as_group));
+    let (uid, gid) = (uid.map_or(image_uid, |u| u as u32), gid.map_or(image_gid, |g| g as u32));
+    let non_root = own.and_then(|c| c.run_as_non_root).or(pod_level.and_then(|p| p.run_as_non_root));
+    if non_root == Some(true) && uid == 0 {
+        return Err(format!(
+            "container {} has runAsNonRoot and its image will run as root (set securityContext.runAsUser, or a USER in the image)",
+            container.name
+        ));
+    }
+    let read_only = own.and_then(|c| c.read_only_root_filesystem).unwrap_or(false);
+    Ok(RootFs { dir: dir.to_owned(), uid, gid, read_only })
 }

@@ -310,10 +310,30 @@ impl PodWorker {
                 env.push((k.into(), v));
             }
         }
+        if let Some(oci) = &image.oci {
+            // The image's environment (its PATH among it) under the Pod's.
+            let own: Vec<(String, String)> = oci
+                .env
+                .iter()
+                .filter_map(|e| e.split_once('=').map(|(k, v)| (k.to_owned(), v.to_owned())))
+                .filter(|(k, _)| !env.iter().any(|(name, _)| name == k))
+                .collect();
+            env.splice(0..0, own);
+        }
         let vars: HashMap<String, String> = env.iter().cloned().collect();
-        let command = container.command.clone().filter(|c| !c.is_empty()).unwrap_or(image.entrypoint.clone());
-        let argv: Vec<String> =
-            command.iter().chain(container.args.iter().flatten()).map(|a| expand(a, &vars)).collect();
+        let (entrypoint, image_args) = match &image.oci {
+            Some(oci) => (oci.entrypoint.clone(), oci.cmd.clone()),
+            None => (image.entrypoint.clone(), Vec::new()),
+        };
+        // As a kubelet does: `command` replaces the image's entrypoint and its
+        // arguments; `args` alone replace only the image's arguments.
+        let given = |v: &Option<Vec<String>>| v.clone().filter(|c| !c.is_empty());
+        let (command, args) = match (given(&container.command), given(&container.args)) {
+            (Some(command), args) => (command, args.unwrap_or_default()),
+            (None, Some(args)) => (entrypoint, args),
+            (None, None) => (entrypoint, image_args),
+        };
+        let argv: Vec<String> = command.iter().chain(&args).map(|a| expand(a, &vars)).collect();
         if argv.is_empty() {
             return Err(config_error(format!(
                 "container {} has no command and its image no entrypoint",
@@ -325,13 +345,21 @@ impl PodWorker {
         let container_dir = self.pod_dir.join("containers").join(&container.name);
         let (bin_dir, work_dir) = Launch::prepare_dirs(&container_dir, &image.binaries)
             .map_err(|e| config_error(format!("cannot prepare {}: {e}", container_dir.display())))?;
+        let root = match &image.oci {
+            Some(oci) => {
+                Some(spec::image_root(pod, &container, oci, &container_dir.join("rootfs")).map_err(config_error)?)
+            }
+            None => None,
+        };
+        let image_dir = image.oci.as_ref().map(|oci| PathBuf::from(&oci.working_dir));
         let launch = Launch {
             argv,
             env,
             mounts,
-            working_dir: container.working_dir.clone().map(PathBuf::from).unwrap_or(work_dir),
+            working_dir: container.working_dir.clone().map(PathBuf::from).or(image_dir).unwrap_or(work_dir),
             bin_dir,
             log_path: container_dir.join("output.log"),
+            root,
         };
         let child = launch.spawn().map_err(|e| ("RunContainerError".to_string(), format!("cannot start: {e}")))?;
         let pid = child.id().unwrap_or(0);
