@@ -9,9 +9,9 @@
 //! includes starting processes or Pods.
 //!
 //! Write pauses: during each reshard one writer per original shard writes
-//! keys of that shard's slots only (a SET every 2 ms, following MOVED and
-//! ASK as a cluster client does); the longest interval without an accepted
-//! write is that shard's pause.
+//! keys of that shard's slots only (a SET every 2 ms, no WAIT as there are no
+//! replicas, following MOVED and ASK as a cluster client does); the longest
+//! interval without an accepted write is that shard's pause.
 //!
 //! Run: `cargo build --release --workspace --bins && cargo bench --bench reshard`
 
@@ -79,7 +79,9 @@ async fn slots_by_master(addr: &str, password: &str) -> Vec<BTreeSet<u16>> {
 async fn shard_writers(seeds: Vec<String>, password: &str) -> Vec<Writer> {
     let mut writers = Vec::new();
     for (shard, slots) in slots_by_master(&seeds[0], password).await.into_iter().enumerate() {
-        writers.push(Writer::start_within(seeds.clone(), password, &format!("pause{shard}"), Some(slots)).await);
+        writers.push(
+            Writer::start_unreplicated_within(seeds.clone(), password, &format!("pause{shard}"), Some(slots)).await,
+        );
     }
     // Each has written before the reshard starts.
     tokio::time::sleep(Duration::from_millis(500)).await;

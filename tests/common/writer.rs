@@ -173,6 +173,16 @@ impl ClusterClient {
         Err(redis::RedisError::from(std::io::Error::other("too many redirects")))
     }
 
+    /// SET alone (a cluster without replicas): `Ok(false)`, accepted but
+    /// acknowledged by no replica.
+    pub async fn set(&mut self, key: &str, value: &str) -> redis::RedisResult<bool> {
+        let build = |pipe: &mut redis::Pipeline| {
+            pipe.cmd("SET").arg(key).arg(value).ignore();
+        };
+        let () = self.routed(key, &build).await?;
+        Ok(false)
+    }
+
     /// SET then `WAIT 1` on the same connection: `Ok(true)` when a replica has it.
     pub async fn set_acknowledged(&mut self, key: &str, value: &str) -> redis::RedisResult<bool> {
         let build = |pipe: &mut redis::Pipeline| {
@@ -249,6 +259,28 @@ impl Writer {
         prefix: &str,
         slots: Option<std::collections::BTreeSet<u16>>,
     ) -> Self {
+        Self::spawn(seeds, password, prefix, slots, true).await
+    }
+
+    /// [`Writer::start_within`] for a cluster without replicas: SET alone,
+    /// no `WAIT 1` (which would hold every write for its whole timeout).
+    #[allow(dead_code)] // the reshard bench's
+    pub async fn start_unreplicated_within(
+        seeds: Vec<String>,
+        password: &str,
+        prefix: &str,
+        slots: Option<std::collections::BTreeSet<u16>>,
+    ) -> Self {
+        Self::spawn(seeds, password, prefix, slots, false).await
+    }
+
+    async fn spawn(
+        seeds: Vec<String>,
+        password: &str,
+        prefix: &str,
+        slots: Option<std::collections::BTreeSet<u16>>,
+        replicated: bool,
+    ) -> Self {
         let mut client = ClusterClient::new(seeds, password).await;
         let shared_seeds = client.seeds.clone();
         let record = Arc::new(Mutex::new(Record::default()));
@@ -262,7 +294,11 @@ impl Writer {
                 if slots.as_ref().is_some_and(|slots| !slots.contains(&slot_of(&key))) {
                     continue;
                 }
-                let result = client.set_acknowledged(&key, &i.to_string()).await;
+                let result = if replicated {
+                    client.set_acknowledged(&key, &i.to_string()).await
+                } else {
+                    client.set(&key, &i.to_string()).await
+                };
                 {
                     let mut rec = r.lock().unwrap();
                     if result.is_ok() {
