@@ -65,16 +65,24 @@ async fn steady_state_makes_no_writes_and_metrics_move() {
 
     // Steady state begins once the Pods are spread over the Nodes: a replica
     // the scheduler crowded onto one Node is recreated after it ran a minute.
-    wait_until("quiet's Pods two per Node, nothing in progress", Duration::from_secs(240), || async {
-        let c = api.get("quiet").await.ok()?;
-        let status = c.status.as_ref()?;
-        let mut per_node = std::collections::BTreeMap::new();
-        for n in &status.nodes {
-            *per_node.entry(n.node.clone()?).or_insert(0) += 1;
-        }
-        let ready = status.conditions.iter().any(|c| c.type_ == "Ready" && c.status == "True");
-        (ready && status.step.is_none() && status.nodes.len() == 6 && per_node.values().all(|&n| n == 2)).then_some(())
-    })
+    wait_until(
+        "quiet's Pods two per Node, replicas in sync, nothing in progress",
+        Duration::from_secs(240),
+        || async {
+            let c = api.get("quiet").await.ok()?;
+            let status = c.status.as_ref()?;
+            let mut per_node = std::collections::BTreeMap::new();
+            for n in &status.nodes {
+                *per_node.entry(n.node.clone()?).or_insert(0) += 1;
+            }
+            let ready = status.conditions.iter().any(|c| c.type_ == "Ready" && c.status == "True");
+            // Replicas that finished their first sync (the status reports that
+            // a moment after Running).
+            let synced = status.replication_lag == Some(slotkeeper_api::lag::ReplicationLag::InSync);
+            let spread = status.nodes.len() == 6 && per_node.values().all(|&n| n == 2);
+            (ready && synced && status.step.is_none() && spread).then_some(())
+        },
+    )
     .await;
     // Let the last status write land, then watch a full minute of steady state.
     tokio::time::sleep(Duration::from_secs(5)).await;

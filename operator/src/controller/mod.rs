@@ -23,6 +23,7 @@ use kube::runtime::{WatchStreamExt as _, watcher};
 use kube::{Client, Resource as _, ResourceExt as _};
 use tracing::Instrument as _;
 
+use crate::api::lag::ReplicationLag;
 use crate::api::names::FIELD_MANAGER;
 use crate::api::{RedisCluster, RedisClusterStatus, StepStatus};
 use crate::error::{Error, Result};
@@ -43,6 +44,7 @@ use slotkeeper_readmodel::{ClusterKey, Publisher, Source};
 const REQUEUE_AFTER_STEP: Duration = Duration::from_millis(100);
 const REQUEUE_WAITING: Duration = Duration::from_millis(200);
 const REQUEUE_CONVERGED: Duration = Duration::from_secs(10);
+const REQUEUE_CATCHING_UP: Duration = Duration::from_secs(1);
 
 /// `base` ±20%, so clusters created together do not resync in one burst.
 fn jittered(base: Duration) -> Duration {
@@ -380,6 +382,9 @@ async fn reconcile_steps(cluster: &RedisCluster, ctx: &Context, namespace: &str)
         tracing::warn!(%reason, "refused");
         ctx.event(cluster, EventType::Warning, crate::api::names::REASON_REFUSED, reason.clone()).await;
     }
+    // A replica still syncing or behind: look again soon, so the status says
+    // when it has caught up (not only at the next 10 s resync).
+    let catching_up = status.replication_lag.is_some_and(|lag| lag != ReplicationLag::InSync);
     write_status(ctx, cluster, status).await?;
     phases.lap("report");
     tracing::debug!(phases = %phases, "reconcile timing");
@@ -389,6 +394,7 @@ async fn reconcile_steps(cluster: &RedisCluster, ctx: &Context, namespace: &str)
             ctx.event(cluster, EventType::Normal, &reason, note).await;
             REQUEUE_AFTER_STEP
         }
+        None if converged && catching_up => REQUEUE_CATCHING_UP,
         None if converged || matches!(action, Action::Refused(_)) => jittered(REQUEUE_CONVERGED),
         None => REQUEUE_WAITING,
     };
