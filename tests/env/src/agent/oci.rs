@@ -91,8 +91,10 @@ impl OciImage {
         })
     }
 
-    /// Unpacks the layers into `rootfs` (emptied first). Every layer here is
-    /// whole files; whiteouts (`.wh.` entries of later layers) are applied.
+    /// Unpacks the layers into `rootfs` (emptied first), applying each
+    /// layer's whiteouts (`.wh.NAME` deletes NAME). An opaque-directory
+    /// marker is only dropped: lower layers' entries stay (the images run
+    /// here have one layer).
     pub fn unpack(&self, rootfs: &Path) -> Result<(), String> {
         if rootfs.exists() {
             std::fs::remove_dir_all(rootfs).map_err(|e| format!("cannot empty {}: {e}", rootfs.display()))?;
