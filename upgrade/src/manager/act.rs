@@ -77,6 +77,7 @@ pub async fn act(
             let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
             for previous in &snapshot.previous_crds {
                 let name = previous.metadata.name.clone().unwrap_or_default();
+                forget_unserved_managers(client, previous).await?;
                 let mut current = crds.get(&name).await.map_err(ManagerError::kube(format!("CRD {name}")))?;
                 current.spec = previous.spec.clone();
                 crds.replace(
@@ -98,6 +99,42 @@ pub async fn act(
                 }
             }
         }
+    }
+    Ok(())
+}
+
+/// Drops, from every object of the CRD, the managedFields entries of
+/// versions the previous CRD does not serve (the new release's writes at
+/// v1): the apiserver cannot convert them once v1 is gone, and every
+/// server-side apply of the previous release would then fail.
+async fn forget_unserved_managers(client: &Client, previous: &CustomResourceDefinition) -> Result<(), ManagerError> {
+    let group = &previous.spec.group;
+    let served: Vec<String> =
+        previous.spec.versions.iter().filter(|v| v.served).map(|v| format!("{group}/{}", v.name)).collect();
+    let Some(version) = storage_version(previous) else { return Ok(()) };
+    let gvk = GroupVersionKind::gvk(group, version, &previous.spec.names.kind);
+    let resource = ApiResource::from_gvk_with_plural(&gvk, &previous.spec.names.plural);
+    let all: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
+    let what = format!("{} objects", previous.spec.names.plural);
+    for object in all.list(&Default::default()).await.map_err(ManagerError::kube(what.clone()))?.items {
+        let fields = object.metadata.managed_fields.clone().unwrap_or_default();
+        let unserved = |f: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry| {
+            f.api_version.as_ref().is_some_and(|v| !served.contains(v))
+        };
+        if !fields.iter().any(unserved) {
+            continue;
+        }
+        let kept: Vec<_> = fields.into_iter().filter(|f| !unserved(f)).collect();
+        // An empty list leaves managedFields as they are; one empty entry clears them.
+        let kept =
+            if kept.is_empty() { serde_json::json!([{}]) } else { serde_json::to_value(kept).expect("serializes") };
+        let namespace = object.metadata.namespace.clone().unwrap_or_default();
+        let name = object.metadata.name.clone().unwrap_or_default();
+        let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &namespace, &resource);
+        let patch = serde_json::json!({"metadata": {"managedFields": kept}});
+        api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .map_err(ManagerError::kube(format!("{what}: managedFields of {namespace}/{name}")))?;
     }
     Ok(())
 }
