@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use common::operator::{apply_cluster, wait_settled};
-use common::release::{OPERATOR_NAMESPACE, next_image, next_manifests, rolled_out};
+use common::release::{OPERATOR_NAMESPACE, next_image, next_manifests, operator_pods, rolled_out};
 use common::*;
 use kube::Api;
 use serde_json::{Value, json};
@@ -105,8 +105,11 @@ async fn the_scratch_image_runs_the_operator_as_non_root_on_a_read_only_root() {
     apply_cluster(env, &ns, "boxed", 3, 1);
     let clusters: Api<RedisCluster> = Api::namespaced(kube.clone(), &ns);
     wait_settled(&clusters, "boxed", 3, 6, Duration::from_secs(240)).await;
-    let (ok, lease) = kubectl(env, &["get", "lease", "-n", OPERATOR_NAMESPACE, "-o", "name"], None);
-    assert!(ok && !lease.trim().is_empty(), "a replica in the image holds the leader Lease: {lease}");
+    let holder = "jsonpath={.spec.holderIdentity}";
+    let (ok, leader) =
+        kubectl(env, &["get", "lease", "slotkeeper-leader", "-n", OPERATOR_NAMESPACE, "-o", holder], None);
+    let replicas = operator_pods(&kube).await;
+    assert!(ok && replicas.contains_key(leader.trim()), "one of {replicas:?} holds the leader Lease: {leader}");
 }
 
 /// Both recipes make the same promise: /slotkeeper as the entrypoint and a

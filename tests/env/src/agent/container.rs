@@ -117,14 +117,23 @@ impl Launch {
 
     /// Shell run inside the new mount namespace: bind every volume, then exec.
     fn mount_script(&self) -> String {
-        let mut mounts = self.mounts.clone();
-        // Parents before children, so a nested mountPath is not hidden.
-        mounts.sort_by_key(|m| m.target.components().count());
         let mut script = String::from("set -e\n");
+        script += &self.volume_mounts(Path::new("/"));
+        script += &format!("cd {}\nexec \"$@\"\n", quote(&self.working_dir));
+        script
+    }
+
+    /// Binds every volume at its mountPath under `root`, parents before
+    /// children (so a nested mountPath is not hidden), read-only ones remounted.
+    fn volume_mounts(&self, root: &Path) -> String {
+        let mut mounts = self.mounts.clone();
+        mounts.sort_by_key(|m| m.target.components().count());
+        let mut script = String::new();
         for mount in &mounts {
-            let (source, target) = (quote(&mount.source), quote(&mount.target));
+            let at = root.join(mount.target.strip_prefix("/").unwrap_or(&mount.target));
+            let (source, target) = (quote(&mount.source), quote(&at));
             if mount.source.is_file() {
-                let parent = quote(mount.target.parent().unwrap_or(Path::new("/")));
+                let parent = quote(at.parent().unwrap_or(root));
                 script += &format!("mkdir -p {parent}; [ -e {target} ] || : > {target}\n");
             } else {
                 script += &format!("mkdir -p {target}\n");
@@ -134,7 +143,6 @@ impl Launch {
                 script += &format!("mount -o remount,bind,ro {target}\n");
             }
         }
-        script += &format!("cd {}\nexec \"$@\"\n", quote(&self.working_dir));
         script
     }
 }
@@ -145,28 +153,13 @@ impl Launch {
     /// alone), /proc and /dev, every volume under the root, then
     /// `slotkeeper-enter` changes root and user and execs the command.
     fn rootfs_script(&self, root: &RootFs) -> String {
-        let under = |target: &Path| root.dir.join(target.strip_prefix("/").unwrap_or(target));
         let dir = quote(&root.dir);
         let mut script = format!("set -e\nmount --bind {dir} {dir}\n");
         for system in ["proc", "dev"] {
             let target = quote(&root.dir.join(system));
             script += &format!("mkdir -p {target}\nmount --rbind /{system} {target}\n");
         }
-        let mut mounts = self.mounts.clone();
-        mounts.sort_by_key(|m| m.target.components().count());
-        for mount in &mounts {
-            let (source, target) = (quote(&mount.source), quote(&under(&mount.target)));
-            if mount.source.is_file() {
-                let parent = quote(under(&mount.target).parent().unwrap_or(&root.dir));
-                script += &format!("mkdir -p {parent}; [ -e {target} ] || : > {target}\n");
-            } else {
-                script += &format!("mkdir -p {target}\n");
-            }
-            script += &format!("mount --bind {source} {target}\n");
-            if mount.read_only {
-                script += &format!("mount -o remount,bind,ro {target}\n");
-            }
-        }
+        script += &self.volume_mounts(&root.dir);
         if root.read_only {
             script += &format!("mount -o remount,bind,ro {dir}\n");
         }
