@@ -10,6 +10,9 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use crate::topology::SLOTS;
 
+mod weighted;
+pub use weighted::{WeightedPlan, weighted_moves};
+
 /// One slot to move from one shard's master to another's.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Move {
@@ -40,6 +43,15 @@ pub fn needs_balancing(counts: &BTreeMap<usize, usize>, staying: usize) -> bool 
 pub fn moves(owned: &BTreeMap<usize, BTreeSet<u16>>, staying: usize) -> Vec<Move> {
     let counts: BTreeMap<usize, usize> = owned.iter().map(|(&shard, slots)| (shard, slots.len())).collect();
     if staying == 0 || !needs_balancing(&counts, staying) {
+        return Vec::new();
+    }
+    exact_moves(owned, staying)
+}
+
+/// Every move to the exact even share, however close the cluster already is
+/// (what a `Rebalance` operation by slots asks for).
+pub fn exact_moves(owned: &BTreeMap<usize, BTreeSet<u16>>, staying: usize) -> Vec<Move> {
+    if staying == 0 {
         return Vec::new();
     }
     let targets = targets(staying);

@@ -9,6 +9,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
 
+use crate::balancing::{BalancePlan, BalanceSpec, BalanceStatus};
 pub use crate::catalog::Engine;
 use crate::lag::ReplicationLag;
 use crate::rollout::{RolloutSpec, UpgradeStatus};
@@ -85,6 +86,10 @@ pub struct RedisClusterSpec {
     /// How the cluster's Pods are spread over failure domains.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub placement: Option<PlacementSpec>,
+
+    /// What balanced means: even slot counts (default) or even memory.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub balance: Option<BalanceSpec>,
 
     /// Stops every action on this cluster while true; a rollout holds
     /// between steps and resumes from its checkpoint.
@@ -238,6 +243,9 @@ pub struct RedisClusterStatus {
     /// The slot movement in progress (scale out or in), while there is one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reshard: Option<ReshardStatus>,
+    /// The last rebalance that finished (scale or `Rebalance` operation).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub balance: Option<BalanceStatus>,
     /// The masters and replicas each failure domain (a value of
     /// `spec.placement.topologyKey` on the Pods' Nodes) holds.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -275,6 +283,10 @@ pub struct ReshardStatus {
     /// The batch moving now, per pair of masters, e.g. `c-shard-0-0 -> c-shard-3-0: 512 slots`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub moving: Vec<String>,
+    /// Where the slots go, when decided up front (by memory, or asked for
+    /// by a `Rebalance` operation); absent when even slot counts are the goal.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plan: Option<BalancePlan>,
 }
 
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]

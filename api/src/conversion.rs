@@ -10,6 +10,7 @@ use kube::Resource;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::balancing::BalanceSpec;
 use crate::cluster::{PlacementSpec, RedisClusterSpec, RedisSpec};
 use crate::names::ANNOTATION_V1_FIELDS;
 use crate::operation::RedisOperationSpec;
@@ -36,6 +37,8 @@ pub enum ConversionError {
 struct V1OnlyFields {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     placement: Option<PlacementSpec>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    balance: Option<BalanceSpec>,
 }
 
 pub fn cluster_to_v1(old: v1alpha1::RedisCluster) -> RedisCluster {
@@ -79,6 +82,7 @@ fn cluster_spec_to_v1(old: v1alpha1::RedisClusterSpec, carried: V1OnlyFields) ->
             step_timeout_seconds: u.step_timeout_seconds,
         }),
         placement: carried.placement,
+        balance: carried.balance,
         paused,
         scheduling,
     }
@@ -95,6 +99,7 @@ fn cluster_spec_to_v1alpha1(new: RedisClusterSpec) -> (v1alpha1::RedisClusterSpe
         auth,
         rollout,
         placement,
+        balance,
         paused,
         scheduling,
     } = new;
@@ -115,7 +120,7 @@ fn cluster_spec_to_v1alpha1(new: RedisClusterSpec) -> (v1alpha1::RedisClusterSpe
         paused,
         scheduling,
     };
-    (spec, V1OnlyFields { placement })
+    (spec, V1OnlyFields { placement, balance })
 }
 
 pub fn operation_to_v1(old: v1alpha1::RedisOperation) -> RedisOperation {

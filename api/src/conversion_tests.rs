@@ -14,7 +14,7 @@ use super::*;
 use crate::catalog::Engine;
 use crate::cluster::{AuthSpec, NodeStatus, RedisClusterStatus, SchedulingSpec, StorageSpec};
 use crate::operation::{FailoverSpec, OperationPhase, OperationType, RedisOperationStatus};
-use crate::{Phase, v1alpha1};
+use crate::{BalanceBy, Phase, v1alpha1};
 
 fn name() -> impl Strategy<Value = String> {
     "[a-z][a-z0-9-]{0,20}"
@@ -111,10 +111,15 @@ prop_compose! {
 }
 
 prop_compose! {
-    fn new_spec()(old in old_spec(), topology_key in option::of(option::of("[a-z./-]{1,30}")))
+    fn new_spec()(old in old_spec(), topology_key in option::of(option::of("[a-z./-]{1,30}")),
+        balance in option::of((any::<bool>(), option::of(1i32..=50))))
         -> RedisClusterSpec {
         let mut spec = cluster_to_v1(v1alpha1::RedisCluster::new("x", old)).spec;
         spec.placement = topology_key.map(|topology_key| PlacementSpec { topology_key });
+        spec.balance = balance.map(|(memory, tolerance_percent)| BalanceSpec {
+            by: if memory { BalanceBy::Memory } else { BalanceBy::Slots },
+            tolerance_percent,
+        });
         spec
     }
 }
@@ -123,7 +128,11 @@ prop_compose! {
 /// sometimes carrying a `v1` placement in the annotation.
 fn old_cluster() -> impl Strategy<Value = v1alpha1::RedisCluster> {
     let carried = option::of("[a-z./-]{1,30}".prop_map(|key| {
-        serde_json::to_string(&V1OnlyFields { placement: Some(PlacementSpec { topology_key: Some(key) }) }).unwrap()
+        serde_json::to_string(&V1OnlyFields {
+            placement: Some(PlacementSpec { topology_key: Some(key) }),
+            balance: None,
+        })
+        .unwrap()
     }));
     carried
         .prop_flat_map(|carried| (metadata(carried), old_spec(), status()))
@@ -136,7 +145,8 @@ fn new_cluster() -> impl Strategy<Value = RedisCluster> {
 
 fn operation_parts()
 -> impl Strategy<Value = (ObjectMeta, String, OperationType, Option<FailoverSpec>, Option<RedisOperationStatus>)> {
-    let type_ = prop_oneof![Just(OperationType::Failover), Just(OperationType::RollingRestart)];
+    let type_ =
+        prop_oneof![Just(OperationType::Failover), Just(OperationType::RollingRestart), Just(OperationType::Rebalance)];
     let failover =
         option::of((0i32..10, option::of(name())).prop_map(|(shard, target_pod)| FailoverSpec { shard, target_pod }));
     let status = option::of(

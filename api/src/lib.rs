@@ -6,6 +6,7 @@
 #![forbid(unsafe_code)]
 
 pub mod balance;
+pub mod balancing;
 pub mod capacity;
 pub mod catalog;
 pub mod cluster;
@@ -18,6 +19,7 @@ pub mod self_upgrade;
 pub mod topology;
 pub mod v1alpha1;
 
+pub use balancing::{BalanceBy, BalancePlan, BalanceSpec, BalanceStatus, SlotTarget};
 pub use cluster::*;
 pub use operation::*;
 

@@ -43,6 +43,9 @@ pub enum OperationType {
     /// Recreate every Pod once, replicas first, each master handing over by
     /// coordinated failover first (a rollout to the same version).
     RollingRestart,
+    /// Move slots until the masters are balanced the cluster's way
+    /// (`spec.balance`: even slot counts, or even memory within its tolerance).
+    Rebalance,
 }
 
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
@@ -90,4 +93,7 @@ pub struct RedisOperationStatus {
     pub from_pod: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub to_pod: Option<String>,
+    /// A `Rebalance`'s progress, e.g. `1024 of 2310 slots moved`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub progress: Option<String>,
 }

@@ -60,6 +60,23 @@ impl std::fmt::Display for SlotRange {
     }
 }
 
+impl std::str::FromStr for SlotRange {
+    type Err = String;
+
+    /// `12` or `0-5460`, as [`Display`](std::fmt::Display) writes it.
+    fn from_str(text: &str) -> Result<Self, String> {
+        let slot = |t: &str| t.trim().parse::<u16>().ok().filter(|&s| s < SLOTS);
+        let (start, end) = match text.split_once('-') {
+            Some((a, b)) => (slot(a), slot(b)),
+            None => (slot(text), slot(text)),
+        };
+        match (start, end) {
+            (Some(start), Some(end)) if start <= end => Ok(SlotRange { start, end }),
+            _ => Err(format!("{text:?} is not a slot or a range of slots below {SLOTS} such as 0-5460")),
+        }
+    }
+}
+
 #[derive(Debug, thiserror::Error, PartialEq)]
 #[error("cannot parse CLUSTER NODES line {line:?}: {reason}")]
 pub struct ParseError {

@@ -104,6 +104,10 @@ pub fn operations(operations: &[std::sync::Arc<RedisOperation>], now: Timestamp)
                     format!("Failover of shard {shard}{target}")
                 }
                 OperationType::RollingRestart => "Rolling restart of every Pod".to_owned(),
+                OperationType::Rebalance => match &status.progress {
+                    Some(progress) => format!("Rebalance ({progress})"),
+                    None => "Rebalance of slots over the masters".to_owned(),
+                },
             };
             let phase = operation_phase(o);
             let (symbol, class) = match phase {

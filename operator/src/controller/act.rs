@@ -223,6 +223,8 @@ async fn act_on(
             }
             event("ShardRemoved", format!("shard {shard} drained of all slots; deleted StatefulSet {name}"))
         }
+        // Reading and deciding only: see `balance::plan` and `report::record_balance`.
+        Action::PlanBalance { .. } | Action::FinishBalance { .. } => Ok(None),
         Action::Wait(_) | Action::Refused(_) | Action::Converged => Ok(None),
     }
 }

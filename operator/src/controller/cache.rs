@@ -228,6 +228,16 @@ impl Caches {
         })
     }
 
+    /// A running Rebalance of a cluster: the operation's name.
+    pub fn rebalance_intent(&self, namespace: &str, cluster: &str) -> Option<String> {
+        self.operations.state().iter().find_map(|op| {
+            let running =
+                op.status.as_ref()?.phase == Some(OperationPhase::Running) && op.spec.type_ == OperationType::Rebalance;
+            (running && op.metadata.namespace.as_deref() == Some(namespace) && op.spec.cluster_name == cluster)
+                .then(|| op.metadata.name.clone().unwrap_or_default())
+        })
+    }
+
     pub fn pods_of(&self, namespace: &str, cluster: &str) -> Vec<std::sync::Arc<Pod>> {
         self.pods.state_filter(|p| {
             p.metadata.namespace.as_deref() == Some(namespace)

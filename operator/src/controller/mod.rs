@@ -3,6 +3,7 @@
 
 mod act;
 mod apply;
+mod balance;
 pub mod cache;
 pub mod events;
 pub(crate) mod observe;
@@ -283,6 +284,7 @@ async fn reconcile_steps(cluster: &RedisCluster, ctx: &Context, namespace: &str)
             ctx.open_domains.of(&ctx.client, cluster.spec.topology_key()).await
         },
         movable_before: Timestamp::now().checked_sub(MOVE_PODS_AFTER).ok(),
+        balance: balance_intent(cluster, ctx.caches.rebalance_intent(namespace, &name))?,
     };
     phases.lap("observe");
     let cluster_step = plan::plan(&observed);
@@ -351,10 +353,15 @@ async fn reconcile_steps(cluster: &RedisCluster, ctx: &Context, namespace: &str)
         write_status(ctx, cluster, checkpoint).await?;
         ctx.metrics.rollout_steps_total.get_or_create(&ClusterLabels::of(namespace, &name)).inc();
     }
-    let acted = act::act(ctx, &target, &action, &observed.pods).await;
+    let (acted, planned) = match balance::plan(ctx, &target, &action).await {
+        Ok(Some((plan, note))) => (Ok(Some(("RebalancePlanned".to_owned(), note))), Some(plan)),
+        Ok(None) => (act::act(ctx, &target, &action, &observed.pods).await, None),
+        Err(error) => (Err(error), None),
+    };
     phases.lap("act");
-    let status =
+    let mut status =
         report::build_status(cluster, &observed, &action, &rollout, acted.is_ok(), step_started, Timestamp::now());
+    report::record_balance(&mut status, &action, planned, Timestamp::now());
     rollout_events(ctx, cluster, &status, &rollout).await;
     let converged = action == Action::Converged;
     let labels = ClusterLabels { namespace: namespace.to_owned(), cluster: name.clone() };
@@ -373,7 +380,11 @@ async fn reconcile_steps(cluster: &RedisCluster, ctx: &Context, namespace: &str)
     }
     if let (None, Some(done)) = (&status.reshard, cluster.status.as_ref().and_then(|s| s.reshard.as_ref())) {
         let seconds = done.started_time.as_ref().map_or(0.0, |t| Timestamp::now().duration_since(t.0).as_secs_f64());
-        let note = format!("moved {} slots in {seconds:.1}s; slots are balanced", done.slots_total);
+        let how = match (&action, &status.balance) {
+            (Action::FinishBalance { .. }, Some(balance)) => balance.message.clone().unwrap_or_default(),
+            _ => "slots are balanced".to_owned(),
+        };
+        let note = format!("moved {} slots in {seconds:.1}s; {how}", done.slots_total);
         ctx.event(cluster, EventType::Normal, "Rebalanced", note).await;
     }
     if let Action::Refused(reason) = &action
@@ -399,6 +410,24 @@ async fn reconcile_steps(cluster: &RedisCluster, ctx: &Context, namespace: &str)
         None => REQUEUE_WAITING,
     };
     Ok(Requeue::requeue(requeue))
+}
+
+/// `spec.balance`, the `Rebalance` operation waiting (one whose outcome
+/// `status.balance` does not record yet) and the checkpointed plan.
+fn balance_intent(cluster: &RedisCluster, operation: Option<String>) -> Result<plan::BalanceIntent> {
+    let spec = cluster.spec.balance.clone().unwrap_or_default();
+    let status = cluster.status.as_ref();
+    let done = status.and_then(|s| s.balance.as_ref()).and_then(|b| b.operation.as_ref());
+    let plan = match status.and_then(|s| s.reshard.as_ref()).and_then(|r| r.plan.as_ref()) {
+        Some(p) => Some(plan::PlanInProgress::of(p).map_err(Error::InvalidSpec)?),
+        None => None,
+    };
+    Ok(plan::BalanceIntent {
+        by: spec.by,
+        tolerance_percent: spec.tolerance_percent(),
+        operation: operation.filter(|op| done != Some(op)),
+        plan,
+    })
 }
 
 /// An event for each change of a rollout's course: started, the canary

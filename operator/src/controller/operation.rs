@@ -63,7 +63,10 @@ enum Outcome {
         from: String,
         to: String,
     },
-    Begin(String),
+    /// Started: the message, and the event's reason.
+    Begin(String, &'static str),
+    /// Running; the progress to show when it changed.
+    Progress(String),
     /// A rolling restart in progress: looked at again every few seconds.
     Follow,
     Succeed(String),
@@ -101,6 +104,7 @@ async fn reconcile_in_span(operation: Arc<RedisOperation>, ctx: Arc<Context>, na
     let outcome = match operation.spec.type_ {
         OperationType::Failover => decide_failover(&ctx, &operation, &cluster, &status, &namespace).await?,
         OperationType::RollingRestart => decide_restart(&ctx, &operation, &cluster, &status, &namespace).await?,
+        OperationType::Rebalance => decide_rebalance(&ctx, &operation, &cluster, &status, &namespace).await?,
     };
     match outcome {
         Outcome::Fail(reason) => {
@@ -126,7 +130,13 @@ async fn reconcile_in_span(operation: Arc<RedisOperation>, ctx: Arc<Context>, na
             event(&ctx, &operation, Some(&cluster), EventType::Normal, "FailoverStarted", message).await;
             Ok(Requeue::requeue(Duration::ZERO))
         }
-        Outcome::Begin(message) => {
+        Outcome::Progress(progress) => {
+            if status.progress.as_ref() != Some(&progress) {
+                write(&ctx, &operation, RedisOperationStatus { progress: Some(progress), ..status }).await?;
+            }
+            Ok(Requeue::requeue(Duration::from_secs(1)))
+        }
+        Outcome::Begin(message, reason) => {
             let next = RedisOperationStatus {
                 phase: Some(OperationPhase::Running),
                 start_time: Some(Time(Timestamp::now())),
@@ -135,7 +145,7 @@ async fn reconcile_in_span(operation: Arc<RedisOperation>, ctx: Arc<Context>, na
             };
             write(&ctx, &operation, next).await?;
             ctx.nudge(&cluster);
-            event(&ctx, &operation, Some(&cluster), EventType::Normal, "RestartStarted", message).await;
+            event(&ctx, &operation, Some(&cluster), EventType::Normal, reason, message).await;
             Ok(Requeue::requeue(POLL))
         }
         Outcome::Wait => Ok(Requeue::requeue(POLL)),
@@ -264,10 +274,13 @@ async fn decide_restart(
         if let Some(reason) = blocked(ctx, operation, cluster, namespace).await? {
             return Ok(Outcome::Fail(reason));
         }
-        return Ok(Outcome::Begin(format!(
-            "recreating every Pod of {} once, replicas first, each master handing over first",
-            cluster.name_any()
-        )));
+        return Ok(Outcome::Begin(
+            format!(
+                "recreating every Pod of {} once, replicas first, each master handing over first",
+                cluster.name_any()
+            ),
+            "RestartStarted",
+        ));
     }
     let name = operation.name_any();
     let upgrade =
@@ -281,6 +294,50 @@ async fn decide_restart(
         }
         _ => Outcome::Follow,
     })
+}
+
+/// A rebalance: the cluster's reconcile plans it (`status.reshard.plan`
+/// names this operation) and follows the plan; `status.balance` records
+/// the outcome.
+async fn decide_rebalance(
+    ctx: &Context,
+    operation: &RedisOperation,
+    cluster: &RedisCluster,
+    status: &RedisOperationStatus,
+    namespace: &str,
+) -> Result<Outcome> {
+    let balance = cluster.spec.balance.clone().unwrap_or_default();
+    if status.phase.unwrap_or_default() == OperationPhase::Pending {
+        if let Some(reason) = blocked(ctx, operation, cluster, namespace).await? {
+            return Ok(Outcome::Fail(reason));
+        }
+        let how = match balance.by {
+            crate::api::BalanceBy::Slots => "to even slot counts".to_owned(),
+            crate::api::BalanceBy::Memory => {
+                format!("so each master's data is within {}% of the mean", balance.tolerance_percent())
+            }
+        };
+        return Ok(Outcome::Begin(
+            format!("moving slots over the masters of {} {how} (spec.balance)", cluster.name_any()),
+            "RebalanceStarted",
+        ));
+    }
+    let name = operation.name_any();
+    let cluster_status = cluster.status.clone().unwrap_or_default();
+    if let Some(done) = cluster_status.balance.filter(|b| b.operation.as_deref() == Some(&name)) {
+        return Ok(Outcome::Succeed(done.message.unwrap_or_else(|| "rebalanced".into())));
+    }
+    let reshard =
+        cluster_status.reshard.filter(|r| r.plan.as_ref().and_then(|p| p.operation.as_deref()) == Some(&name));
+    Ok(Outcome::Progress(match reshard {
+        Some(r) => format!("{} of {} slots moved", r.slots_moved, r.slots_total),
+        None => match cluster_status.step {
+            Some(step) if step.name == "Refused" => {
+                return Ok(Outcome::Fail(format!("the cluster refuses: {}", step.progress.unwrap_or_default())));
+            }
+            _ => "waiting for the cluster to plan it".into(),
+        },
+    }))
 }
 
 async fn running_operation(ctx: &Context, operation: &RedisOperation, namespace: &str) -> Result<Option<String>> {

@@ -7,7 +7,10 @@ use k8s_openapi::jiff::Timestamp;
 use crate::api::lag::ReplicationLag;
 use crate::api::names::*;
 use crate::api::rollout::RolloutPhase;
-use crate::api::{FailureDomainStatus, NodeStatus, Phase, RedisCluster, RedisClusterStatus, ReshardStatus, StepStatus};
+use crate::api::{
+    BalancePlan, BalanceStatus, FailureDomainStatus, NodeStatus, Phase, RedisCluster, RedisClusterStatus,
+    ReshardStatus, StepStatus,
+};
 use crate::plan::rollout::RolloutPlan;
 use crate::plan::{Action, Observed, placement};
 use crate::redis::topology::{SLOTS, count};
@@ -183,8 +186,10 @@ pub fn build_status(
                     .iter()
                     .map(|b| format!("{} -> {}: {} slots", b.source.pod, b.target.pod, b.slots.len()))
                     .collect(),
+                plan: old.reshard.as_ref().and_then(|r| r.plan.clone()),
             })
         }
+        Action::FinishBalance { .. } => None,
         _ => old.reshard.clone(),
     };
 
@@ -204,10 +209,33 @@ pub fn build_status(
         nodes,
         step: (!converged).then(|| StepStatus { name: step_name.into(), progress: Some(message) }),
         reshard,
+        balance: old.balance.clone(),
         failure_domains: placement::census(observed)
             .into_iter()
             .map(|(name, d)| FailureDomainStatus { name, masters: d.masters, replicas: d.replicas })
             .collect(),
+    }
+}
+
+/// A plan just made starts the reshard it describes (its checkpoint); a
+/// finished one moves to `status.balance`, the record of the last rebalance.
+pub fn record_balance(status: &mut RedisClusterStatus, action: &Action, planned: Option<BalancePlan>, now: Timestamp) {
+    if let Some(plan) = planned {
+        status.reshard = Some(ReshardStatus {
+            started_time: Some(Time(now)),
+            slots_total: plan.slots() as i32,
+            plan: Some(plan),
+            ..ReshardStatus::default()
+        });
+    }
+    if let Action::FinishBalance { by, operation, summary } = action {
+        status.reshard = None;
+        status.balance = Some(BalanceStatus {
+            by: *by,
+            operation: operation.clone(),
+            completed_time: Some(Time(now)),
+            message: Some(summary.clone()),
+        });
     }
 }
 
@@ -233,8 +261,14 @@ pub fn paused_status(cluster: &RedisCluster, now: Timestamp) -> RedisClusterStat
 /// Whether the cluster is changing shape: slots moving, shards or replicas
 /// coming or going.
 fn scaling(observed: &Observed, action: &Action) -> bool {
-    if matches!(action, Action::MoveSlots { repair: false, .. } | Action::RemoveShard { .. } | Action::Failover { .. })
-    {
+    if matches!(
+        action,
+        Action::MoveSlots { repair: false, .. }
+            | Action::RemoveShard { .. }
+            | Action::Failover { .. }
+            | Action::PlanBalance { .. }
+            | Action::FinishBalance { .. }
+    ) {
         return true;
     }
     let shards: std::collections::BTreeSet<usize> = observed.pods.iter().map(|p| p.shard).collect();
@@ -269,6 +303,11 @@ pub fn describe(action: &Action) -> (&'static str, String) {
                 ("MoveSlots", format!("moving {moving} slot(s), {remaining} more to go"))
             }
         }
+        Action::PlanBalance { by, operation, .. } => {
+            let asked = operation.as_ref().map(|op| format!(" for RedisOperation {op}")).unwrap_or_default();
+            ("PlanBalance", format!("deciding which slots move to balance the masters by {by}{asked}"))
+        }
+        Action::FinishBalance { summary, .. } => ("FinishBalance", format!("rebalanced: {summary}")),
         Action::RemoveShard { shard } => ("RemoveShard", format!("removing drained shard {shard}")),
         Action::DeletePod { pod, reason } => ("ReplacePod", format!("replacing {pod}: {reason}")),
         Action::RecreatePod { pod, reason, .. } => ("RecreatePod", format!("recreating {pod}: {reason}")),

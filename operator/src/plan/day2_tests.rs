@@ -250,3 +250,126 @@ fn a_node_holding_an_old_address_is_told_the_new_one_and_nothing_converges_befor
     }
     assert!(matches!(plan(&o), Action::Wait(ref m) if m.contains("failing")), "{:?}", plan(&o));
 }
+
+/// Every slot 100 bytes; 24 slots of shard 0 hold 40,000 each.
+fn skewed_weights() -> std::collections::BTreeMap<u16, u64> {
+    let mut weights: std::collections::BTreeMap<u16, u64> = (0..16384).map(|s| (s, 100)).collect();
+    for i in 0..24 {
+        weights.insert(i * 200, 40_000);
+    }
+    weights
+}
+
+fn bytes_per_master(o: &crate::plan::Observed, weights: &std::collections::BTreeMap<u16, u64>) -> Vec<u64> {
+    (0..o.shards)
+        .map(|shard| {
+            let master = o
+                .redis
+                .values()
+                .filter_map(|f| f.myself())
+                .find(|n| n.master && !n.slots.is_empty() && n.id.starts_with(&format!("id-c-shard-{shard}-")));
+            master.map_or(0, |n| crate::redis::topology::expand(&n.slots).iter().map(|s| weights[s]).sum())
+        })
+        .collect()
+}
+
+fn within(bytes: &[u64], percent: f64) -> bool {
+    let mean = bytes.iter().sum::<u64>() as f64 / bytes.len() as f64;
+    bytes.iter().all(|&b| (b as f64 - mean).abs() <= mean * percent / 100.0)
+}
+
+#[test]
+fn scale_out_by_memory_plans_once_then_follows_the_plan_to_even_bytes() {
+    let weights = skewed_weights();
+    set_weights(weights.clone());
+    let mut o = healthy(3, 1);
+    o.balance.by = crate::plan::BalanceBy::Memory;
+    o.balance.tolerance_percent = 10;
+    assert!(!within(&bytes_per_master(&o, &weights), 10.0), "the fixture starts skewed");
+    o.shards = 4;
+    let steps = converge(&mut o);
+    assert_healthy(&o);
+    let plans = steps.iter().filter(|s| matches!(s, Action::PlanBalance { .. })).count();
+    assert_eq!(plans, 1, "one plan, followed to the end: {steps:?}");
+    let last = steps.iter().rposition(|s| matches!(s, Action::MoveSlots { .. })).unwrap();
+    assert!(matches!(steps[last + 1], Action::FinishBalance { .. }), "{:?}", &steps[last..]);
+    let bytes = bytes_per_master(&o, &weights);
+    assert!(within(&bytes, 10.0), "{bytes:?}");
+    // Not slot counts: balanced by memory, the counts differ by far more than 1%.
+    let counts: Vec<usize> = slot_counts(&o).into_values().collect();
+    assert!(counts.iter().max().unwrap() - counts.iter().min().unwrap() > 100, "{counts:?}");
+    // And stays so: no count balancing undoes it.
+    assert_eq!(plan(&o), Action::Converged);
+}
+
+#[test]
+fn a_rebalance_operation_by_memory_evens_a_skewed_cluster_and_is_recorded() {
+    let weights = skewed_weights();
+    set_weights(weights.clone());
+    let mut o = healthy(3, 0);
+    o.balance.by = crate::plan::BalanceBy::Memory;
+    o.balance.tolerance_percent = 10;
+    // Balanced by slots, so nothing happens until asked.
+    assert_eq!(plan(&o), Action::Converged);
+    o.balance.operation = Some("even-out".into());
+    let Action::PlanBalance { operation, .. } = plan(&o) else { panic!("expected a plan") };
+    assert_eq!(operation.as_deref(), Some("even-out"));
+    let steps = converge(&mut o);
+    let finish = steps.iter().find_map(|s| match s {
+        Action::FinishBalance { operation, summary, .. } => Some((operation.clone(), summary.clone())),
+        _ => None,
+    });
+    let (operation, summary) = finish.expect("finished");
+    assert_eq!(operation.as_deref(), Some("even-out"));
+    assert!(summary.contains("data per master") && summary.contains("planned"), "{summary}");
+    assert!(within(&bytes_per_master(&o, &weights), 10.0));
+}
+
+#[test]
+fn a_rebalance_operation_by_slots_reaches_the_exact_share() {
+    set_weights(Default::default());
+    let mut o = healthy(3, 0);
+    // 30 slots off: within the 1% that scaling lets be.
+    let (from, to) = ("c-shard-0-0", "c-shard-1-0");
+    let to_id = format!("id-{to}");
+    for slot in 5400..5430u16 {
+        let batch = crate::plan::Batch {
+            source: crate::plan::NodeRef { pod: from.into(), id: format!("id-{from}"), ip: String::new() },
+            target: crate::plan::NodeRef { pod: to.into(), id: to_id.clone(), ip: String::new() },
+            slots: vec![crate::redis::migrate::SlotTransfer { slot, open_target: true, open_source: true }],
+        };
+        apply(&mut o, &Action::MoveSlots { batches: vec![batch], others: vec![], remaining: 0, repair: false });
+    }
+    assert_eq!(plan(&o), Action::Converged, "within 1%: scaling leaves it");
+    o.balance.operation = Some("exact".into());
+    converge(&mut o);
+    counts_match_targets(&o);
+    assert!(o.balance.operation.is_none() && o.balance.plan.is_none());
+}
+
+#[test]
+fn a_plan_for_another_shape_is_replaced() {
+    set_weights(skewed_weights());
+    let mut o = healthy(3, 0);
+    o.balance.by = crate::plan::BalanceBy::Memory;
+    o.balance.tolerance_percent = 10;
+    o.shards = 4;
+    kubernetes(&mut o);
+    let mut steps = Vec::new();
+    while !matches!(steps.last(), Some(Action::PlanBalance { .. })) {
+        kubernetes(&mut o);
+        let action = plan(&o);
+        apply(&mut o, &action);
+        steps.push(action);
+        assert!(steps.len() < 50, "{steps:?}");
+    }
+    // The user scales to 5 before the plan for 4 has run.
+    o.shards = 5;
+    let steps = converge(&mut o);
+    let Some(Action::PlanBalance { staying, .. }) = steps.iter().find(|s| matches!(s, Action::PlanBalance { .. }))
+    else {
+        panic!("re-planned: {steps:?}")
+    };
+    assert_eq!(*staying, 5);
+    assert_healthy(&o);
+}

@@ -39,6 +39,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use crate::redis::migrate::SlotTransfer;
 use crate::redis::topology::{ClusterNode, SlotMap, SlotRange};
+pub use slotkeeper_api::BalanceBy;
 pub use slotkeeper_api::balance::targets;
 pub use slotkeeper_api::capacity::MemoryFact;
 
@@ -129,6 +130,44 @@ pub struct Observed {
     /// Pods created before this have run long enough to be moved to another
     /// domain (a Pod is not moved twice in a row); `None`: none may move.
     pub movable_before: Option<k8s_openapi::jiff::Timestamp>,
+    /// What balanced means for this cluster, and the rebalance asked for or under way.
+    pub balance: BalanceIntent,
+}
+
+/// `spec.balance`, a `Rebalance` operation waiting for its plan, and the
+/// plan being followed (from `status.reshard.plan`).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct BalanceIntent {
+    pub by: BalanceBy,
+    pub tolerance_percent: u32,
+    /// A running `Rebalance` operation that has not finished yet.
+    pub operation: Option<String>,
+    pub plan: Option<PlanInProgress>,
+}
+
+/// A checkpointed plan: where each moving slot goes.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct PlanInProgress {
+    pub by: BalanceBy,
+    pub operation: Option<String>,
+    /// `spec.masters` it was made for.
+    pub masters: usize,
+    pub target: BTreeMap<u16, usize>,
+    pub expected: Option<String>,
+}
+
+impl PlanInProgress {
+    /// The plan as `status.reshard.plan` holds it; an error names a range
+    /// that does not parse.
+    pub fn of(plan: &slotkeeper_api::BalancePlan) -> Result<Self, String> {
+        Ok(Self {
+            by: plan.by,
+            operation: plan.operation.clone(),
+            masters: plan.masters.max(0) as usize,
+            target: plan.target_of()?,
+            expected: plan.expected.clone(),
+        })
+    }
 }
 
 /// A node addressed by Pod, id and IP, as an action needs it.
@@ -168,6 +207,20 @@ pub enum Action {
     /// `spread`: it moves a master to a less loaded failure domain on a
     /// healthy cluster (which stays Ready meanwhile).
     Failover { pod: String, shard: usize, reason: String, force: bool, operation: Option<String>, spread: bool },
+    /// Decide where slots go (reading each master's bytes per slot when
+    /// balancing by memory); the plan is checkpointed in status and followed
+    /// by `MoveSlots` steps. `owned`: each shard's slots now.
+    PlanBalance {
+        by: BalanceBy,
+        tolerance_percent: u32,
+        operation: Option<String>,
+        staying: usize,
+        masters: BTreeMap<usize, NodeRef>,
+        owned: BTreeMap<usize, Vec<SlotRange>>,
+    },
+    /// Every slot of the plan is where it was planned: the rebalance is
+    /// recorded as done (`summary` says how even the masters are now).
+    FinishBalance { by: BalanceBy, operation: Option<String>, summary: String },
     /// Move slots, pairs of masters in parallel; `repair` when finishing
     /// slots something left open. `remaining` counts slots still to move
     /// after this step; `others` hear the new owners at once.
@@ -203,7 +256,9 @@ impl Action {
                 .flat_map(|b| [b.source.pod.as_str(), b.target.pod.as_str()])
                 .chain(others.iter().map(String::as_str))
                 .collect(),
+            Action::PlanBalance { masters, .. } => masters.values().map(|m| m.pod.as_str()).collect(),
             Action::Wait(_)
+            | Action::FinishBalance { .. }
             | Action::Refused(_)
             | Action::RemoveShard { .. }
             | Action::DeletePod { .. }

@@ -4,12 +4,13 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use slotkeeper_api::balance;
+use slotkeeper_api::balance::{self, Move};
 use slotkeeper_api::capacity::{MemoryFact, ScaleInCheck};
 
-use super::{Action, Batch, NodeRef, Observed, PodFact, SLOTS_PER_PAIR_PER_STEP};
+use super::{Action, BalanceBy, Batch, NodeRef, Observed, PlanInProgress, PodFact, SLOTS_PER_PAIR_PER_STEP};
 use crate::redis::migrate::SlotTransfer;
-use crate::redis::topology::{Direction, count, expand};
+use crate::redis::topology::{Direction, SlotRange, count, expand, to_ranges};
+use slotkeeper_api::{BalancePlan, SlotTarget};
 
 fn node_ref(observed: &Observed, pod: &PodFact) -> Option<NodeRef> {
     Some(NodeRef { pod: pod.name.clone(), id: observed.id_of(&pod.name)?.to_owned(), ip: pod.ip.clone()? })
@@ -91,10 +92,12 @@ fn other_masters(observed: &Observed, reachable: &[&PodFact], batches: &[Batch])
         .collect()
 }
 
-/// The next batch of slots towards the even share over the staying masters.
+/// The next step towards balanced masters: following the plan in progress,
+/// making one (a `Rebalance` operation, or a scale when balancing by
+/// memory), finishing it, or else the next batch towards even slot counts.
 pub fn rebalance(observed: &Observed, masters: &BTreeMap<usize, Option<&PodFact>>) -> Option<Action> {
     // Slot counts first: the sets are built only when something must move.
-    let mut ranges: BTreeMap<usize, &[crate::redis::topology::SlotRange]> = BTreeMap::new();
+    let mut ranges: BTreeMap<usize, &[SlotRange]> = BTreeMap::new();
     let mut by_shard: BTreeMap<usize, &PodFact> = BTreeMap::new();
     for (&shard, master) in masters {
         match *master {
@@ -110,40 +113,110 @@ pub fn rebalance(observed: &Observed, masters: &BTreeMap<usize, Option<&PodFact>
             None => return None,
         }
     }
-    let counts: BTreeMap<usize, usize> = ranges.iter().map(|(&shard, r)| (shard, count(r))).collect();
-    if !balance::needs_balancing(&counts, observed.shards) {
-        return None;
-    }
-    let owned = || -> BTreeMap<usize, BTreeSet<u16>> { ranges.iter().map(|(&shard, r)| (shard, expand(r))).collect() };
     if (0..observed.shards).any(|s| !by_shard.contains_key(&s)) {
         return None;
     }
-    let moves = balance::moves(&owned(), observed.shards);
+    let counts: BTreeMap<usize, usize> = ranges.iter().map(|(&shard, r)| (shard, count(r))).collect();
+    // A shard leaving with slots, or a staying one without: the shape changed.
+    let reshaping = counts.iter().any(|(&shard, &n)| (shard >= observed.shards) == (n > 0));
+    let intent = &observed.balance;
+    let plan = intent.plan.as_ref().filter(|p| p.masters == observed.shards);
+    if let Some(plan) = plan {
+        let owner: BTreeMap<u16, usize> =
+            ranges.iter().flat_map(|(&shard, r)| expand(r).into_iter().map(move |slot| (slot, shard))).collect();
+        let moves: Vec<Move> = plan
+            .target
+            .iter()
+            .filter_map(|(&slot, &to)| {
+                owner.get(&slot).filter(|&&from| from != to).map(|&from| Move { slot, from, to })
+            })
+            .collect();
+        if !moves.is_empty() {
+            return Some(move_step(observed, &by_shard, &moves));
+        }
+        if !reshaping {
+            let summary = balance_summary(observed, &by_shard, &counts, plan);
+            return Some(Action::FinishBalance { by: plan.by, operation: plan.operation.clone(), summary });
+        }
+    }
+    let asked = intent.operation.as_ref().filter(|op| plan.is_none_or(|p| p.operation.as_ref() != Some(*op)));
+    if asked.is_some() || (intent.by == BalanceBy::Memory && reshaping) {
+        let leaving_data = counts.range(observed.shards..).any(|(_, &n)| n > 0);
+        if leaving_data && let Some(refusal) = scale_in_refusal(observed, &by_shard) {
+            return Some(Action::Refused(refusal));
+        }
+        return Some(Action::PlanBalance {
+            by: intent.by,
+            tolerance_percent: intent.tolerance_percent,
+            operation: asked.cloned(),
+            staying: observed.shards,
+            masters: by_shard
+                .iter()
+                .map(|(&shard, pod)| Some((shard, node_ref(observed, pod)?)))
+                .collect::<Option<_>>()?,
+            owned: ranges.iter().map(|(&shard, r)| (shard, r.to_vec())).collect(),
+        });
+    }
+    if intent.by == BalanceBy::Memory || !balance::needs_balancing(&counts, observed.shards) {
+        return None;
+    }
+    let owned: BTreeMap<usize, BTreeSet<u16>> = ranges.iter().map(|(&shard, r)| (shard, expand(r))).collect();
+    let moves = balance::moves(&owned, observed.shards);
     if moves.is_empty() {
         return None;
     }
+    Some(move_step(observed, &by_shard, &moves))
+}
+
+/// The next batch of `moves` (refused when draining leaving masters would
+/// not fit in the staying ones).
+fn move_step(observed: &Observed, by_shard: &BTreeMap<usize, &PodFact>, moves: &[Move]) -> Action {
     if moves.iter().any(|m| m.from >= observed.shards)
-        && let Some(refusal) = scale_in_refusal(observed, &by_shard)
+        && let Some(refusal) = scale_in_refusal(observed, by_shard)
     {
-        return Some(Action::Refused(refusal));
+        return Action::Refused(refusal);
     }
-    let batch = balance::next_batch(&moves, SLOTS_PER_PAIR_PER_STEP);
+    let batch = balance::next_batch(moves, SLOTS_PER_PAIR_PER_STEP);
     let mut batches: BTreeMap<(usize, usize), Batch> = BTreeMap::new();
     for m in &batch {
-        let entry = match batches.entry((m.from, m.to)) {
-            std::collections::btree_map::Entry::Occupied(e) => e.into_mut(),
-            std::collections::btree_map::Entry::Vacant(e) => e.insert(Batch {
-                source: node_ref(observed, by_shard[&m.from])?,
-                target: node_ref(observed, by_shard[&m.to])?,
-                slots: Vec::new(),
-            }),
+        let (Some(source), Some(target)) = (node_ref(observed, by_shard[&m.from]), node_ref(observed, by_shard[&m.to]))
+        else {
+            return Action::Wait("a master's node id is not known yet".into());
         };
-        entry.slots.push(SlotTransfer { slot: m.slot, open_target: true, open_source: true });
+        batches
+            .entry((m.from, m.to))
+            .or_insert_with(|| Batch { source, target, slots: Vec::new() })
+            .slots
+            .push(SlotTransfer { slot: m.slot, open_target: true, open_source: true });
     }
     let batches: Vec<Batch> = batches.into_values().collect();
     let members: Vec<&PodFact> = by_shard.values().copied().collect();
     let others = other_masters(observed, &members, &batches);
-    Some(Action::MoveSlots { batches, others, remaining: moves.len() - batch.len(), repair: false })
+    Action::MoveSlots { batches, others, remaining: moves.len() - batch.len(), repair: false }
+}
+
+/// How even the staying masters are once a plan is done: slots, and for a
+/// memory plan the data each holds (`used_memory_dataset`) against the mean.
+fn balance_summary(
+    observed: &Observed,
+    by_shard: &BTreeMap<usize, &PodFact>,
+    counts: &BTreeMap<usize, usize>,
+    plan: &PlanInProgress,
+) -> String {
+    let staying: Vec<usize> = (0..observed.shards).collect();
+    let slots: Vec<String> = staying.iter().map(|s| counts.get(s).copied().unwrap_or(0).to_string()).collect();
+    let mut summary = format!("slots per master: {}", slots.join(", "));
+    if plan.by == BalanceBy::Memory {
+        let bytes: Vec<u64> = staying.iter().map(|s| observed.redis[&by_shard[s].name].memory.dataset).collect();
+        let mean = bytes.iter().sum::<u64>() as f64 / bytes.len().max(1) as f64;
+        let worst = bytes.iter().map(|&b| (b as f64 - mean).abs() / mean.max(1.0) * 100.0).fold(0.0, f64::max);
+        let mib: Vec<String> = bytes.iter().map(|&b| format!("{:.2}", b as f64 / 1048576.0)).collect();
+        summary = format!("data per master: {} MiB, at most {worst:.1}% from the mean; {summary}", mib.join(", "));
+    }
+    if let Some(expected) = &plan.expected {
+        summary = format!("{summary} (planned: {expected})");
+    }
+    summary
 }
 
 /// Why draining the leaving masters is unsafe, if it is: the data of every
@@ -153,4 +226,50 @@ fn scale_in_refusal(observed: &Observed, by_shard: &BTreeMap<usize, &PodFact>) -
     let masters: Vec<MemoryFact> = by_shard.values().map(memory).collect();
     let staying: Vec<MemoryFact> = by_shard.range(..observed.shards).map(|(_, p)| memory(p)).collect();
     ScaleInCheck::new(&masters, &staying).refusal(by_shard.len(), observed.shards)
+}
+
+/// Where slots go for a rebalance `by` slot counts (exact shares) or by
+/// `weights` (bytes per slot), as the plan checkpointed in status, and how
+/// many slots it moves. Pure: the weights were read before.
+pub fn make_plan(
+    by: BalanceBy,
+    tolerance_percent: u32,
+    operation: Option<String>,
+    staying: usize,
+    owned: &BTreeMap<usize, Vec<SlotRange>>,
+    weights: &BTreeMap<u16, u64>,
+) -> (BalancePlan, usize) {
+    let owned: BTreeMap<usize, BTreeSet<u16>> = owned.iter().map(|(&shard, r)| (shard, expand(r))).collect();
+    let (moves, expected) = match by {
+        BalanceBy::Slots => {
+            let counts: Vec<String> = balance::targets(staying).iter().map(ToString::to_string).collect();
+            (balance::exact_moves(&owned, staying), format!("slots per master: {}", counts.join(", ")))
+        }
+        BalanceBy::Memory => {
+            let plan = balance::weighted_moves(&owned, weights, staying, tolerance_percent);
+            let mib =
+                |v: &[u64]| v.iter().map(|&b| format!("{:.2}", b as f64 / 1048576.0)).collect::<Vec<_>>().join(", ");
+            let reach = if plan.within {
+                format!("within {tolerance_percent}% of the mean")
+            } else {
+                format!("as close to {tolerance_percent}% as whole slots allow (one slot alone is too heavy)")
+            };
+            let expected =
+                format!("estimated data per master {} → {} MiB, {reach}", mib(&plan.before), mib(&plan.after));
+            (plan.moves, expected)
+        }
+    };
+    let mut by_target: BTreeMap<usize, BTreeSet<u16>> = BTreeMap::new();
+    for m in &moves {
+        by_target.entry(m.to).or_default().insert(m.slot);
+    }
+    let targets = by_target
+        .into_iter()
+        .map(|(shard, slots)| SlotTarget {
+            shard: shard as i32,
+            slots: to_ranges(&slots).iter().map(ToString::to_string).collect(),
+        })
+        .collect();
+    let plan = BalancePlan { by, operation, masters: staying as i32, targets, expected: Some(expected) };
+    (plan, moves.len())
 }

@@ -56,6 +56,7 @@ pub fn fresh(shards: usize, replicas: usize) -> Observed {
         user_placed: BTreeSet::new(),
         open_domains: BTreeSet::new(),
         movable_before: None,
+        balance: Default::default(),
     };
     for shard in 0..shards {
         for ordinal in 0..=replicas {
@@ -164,6 +165,15 @@ fn move_slot(o: &mut Observed, slot: u16, from: &str, to: &str) {
     }
 }
 
+thread_local! {
+    static WEIGHTS: std::cell::RefCell<BTreeMap<u16, u64>> = const { std::cell::RefCell::new(BTreeMap::new()) };
+}
+
+/// The bytes each slot holds, as a memory rebalance reads them (this test's thread only).
+pub fn set_weights(weights: BTreeMap<u16, u64>) {
+    WEIGHTS.with(|w| *w.borrow_mut() = weights);
+}
+
 pub fn apply(o: &mut Observed, action: &Action) {
     match action {
         Action::Meet { .. } => gossip(o),
@@ -231,6 +241,20 @@ pub fn apply(o: &mut Observed, action: &Action) {
         Action::RemoveShard { shard } => {
             let names: Vec<String> = o.pods.iter().filter(|p| p.shard == *shard).map(|p| p.name.clone()).collect();
             remove_pods(o, &names);
+        }
+        // As the controller does: the plan is made from each master's slots
+        // (and bytes per slot, [`set_weights`]) and checkpointed.
+        Action::PlanBalance { by, tolerance_percent, operation, staying, owned, .. } => {
+            let weights = WEIGHTS.with(|w| w.borrow().clone());
+            let (plan, _) =
+                crate::plan::moves::make_plan(*by, *tolerance_percent, operation.clone(), *staying, owned, &weights);
+            o.balance.plan = Some(crate::plan::PlanInProgress::of(&plan).unwrap());
+        }
+        Action::FinishBalance { operation, .. } => {
+            o.balance.plan = None;
+            if o.balance.operation == *operation {
+                o.balance.operation = None;
+            }
         }
         Action::Wait(_) | Action::Refused(_) | Action::Converged => {}
     }
