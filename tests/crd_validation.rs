@@ -41,6 +41,11 @@ async fn bad_input_is_rejected_with_a_message_naming_the_field() {
             "spec.redis.config sets a key",
         ),
         ("  masters: 3\n  redis: {version: 7.0.15}\n  storage: {size: lots}\n", "spec.storage.size must be a quantity"),
+        (
+            "  masters: 3\n  redis: {version: 7.0.15}\n  balance: {by: Memory, tolerancePercent: 0}\n",
+            "spec.balance.tolerancePercent must be between 1 and 50",
+        ),
+        ("  masters: 3\n  redis: {version: 7.0.15}\n  balance: {by: Bytes}\n", "spec.balance.by"),
     ];
     for (spec, message) in cases {
         let (ok, out) = kubectl(env, &["apply", "-f", "-"], Some(&cluster(&ns, "bad", spec)));
