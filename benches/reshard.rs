@@ -3,7 +3,8 @@
 //! movement (3 masters → 5: the two new masters receive 6,553 slots).
 //!
 //! Slotkeeper: from the first slot batch (status.reshard.startedTime) until
-//! the reshard is done (status without reshard, 5 balanced masters).
+//! the status saying the reshard is done (no reshard, 5 balanced masters)
+//! arrives through a watch.
 //! redis-cli: the `rebalance --cluster-use-empty-masters` command alone, on a
 //! cluster of plain processes already created and joined. Neither figure
 //! includes starting processes or Pods.
@@ -204,21 +205,30 @@ async fn slotkeeper() -> Figures {
     let writers = shard_writers(seeds, &password).await;
     let scaled = Instant::now();
     apply_cluster(env, &ns, "wide", 5, 0);
-    let started = std::sync::Arc::new(std::sync::Mutex::new(None));
-    let done = wait_until("reshard done", Duration::from_secs(300), || {
-        let (api, seen) = (api.clone(), started.clone());
-        async move {
-            let c = api.get("wide").await.ok()?;
-            let status = c.status.as_ref()?;
+    // Watched, not polled: the end is when the status saying so arrives (a
+    // poll would add up to its interval to the figure).
+    let mut started = None;
+    let params = kube::runtime::watcher::Config::default().fields("metadata.name=wide");
+    let mut updates = std::pin::pin!(kube::runtime::WatchStreamExt::applied_objects(kube::runtime::watcher(
+        api.clone(),
+        params
+    )));
+    let done = tokio::time::timeout(Duration::from_secs(300), async {
+        while let Some(Ok(c)) = futures::StreamExt::next(&mut updates).await {
+            let Some(status) = c.status.as_ref() else { continue };
             if let Some(t) = status.reshard.as_ref().and_then(|r| r.started_time.clone()) {
-                *seen.lock().unwrap() = Some(t.0);
+                started = Some(t.0);
             }
             let settled = status.ready_masters == 5 && status.reshard.is_none() && status.nodes.len() == 5;
-            (settled && seen.lock().unwrap().is_some()).then(k8s_openapi::jiff::Timestamp::now)
+            if settled && started.is_some() {
+                return k8s_openapi::jiff::Timestamp::now();
+            }
         }
+        panic!("the watch on RedisCluster wide ended");
     })
-    .await;
-    let started = started.lock().unwrap().expect("a reshard was seen");
+    .await
+    .expect("reshard done within 300 s");
+    let started = started.expect("a reshard was seen");
     let seconds = done.duration_since(started).as_secs_f64();
     let cluster = api.get("wide").await.unwrap();
     let new_masters: Vec<String> = cluster

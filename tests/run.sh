@@ -19,7 +19,8 @@ cargo build --workspace --bins --locked
 bash deploy/image/build.sh --profile dev
 log=$(mktemp)
 status=0
-cargo test --workspace --locked 2>&1 | tee "$log" || status=$?
+# Every test binary runs even after one fails, so a run reports all failures.
+cargo test --workspace --locked --no-fail-fast 2>&1 | tee "$log" || status=$?
 
 # A process the suite started and left: it carries this run's marker, or (as
 # redis-server rewrites its environment for its process title) it runs one of

@@ -482,7 +482,17 @@ pub async fn missing(client: &mut ClusterClient, keys: &[String], offset: u64) -
     }
     let mut missing = Vec::new();
     for key in retry {
-        match client.get(key).await {
+        // An error is a read that failed, not a key lost: a connection kept
+        // from before a crash answers `broken pipe` once, and is dropped.
+        let mut outcome = client.get(key).await;
+        for _ in 0..3 {
+            if outcome.is_ok() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            outcome = client.get(key).await;
+        }
+        match outcome {
             Ok(Some(v)) if v == expected(key) => {}
             other => missing.push(format!("{key}: {other:?}")),
         }
