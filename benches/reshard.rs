@@ -209,10 +209,8 @@ async fn slotkeeper() -> Figures {
     // poll would add up to its interval to the figure).
     let mut started = None;
     let params = kube::runtime::watcher::Config::default().fields("metadata.name=wide");
-    let mut updates = std::pin::pin!(kube::runtime::WatchStreamExt::applied_objects(kube::runtime::watcher(
-        api.clone(),
-        params
-    )));
+    let mut updates =
+        std::pin::pin!(kube::runtime::WatchStreamExt::applied_objects(kube::runtime::watcher(api.clone(), params)));
     let done = tokio::time::timeout(Duration::from_secs(300), async {
         while let Some(Ok(c)) = futures::StreamExt::next(&mut updates).await {
             let Some(status) = c.status.as_ref() else { continue };
