@@ -200,15 +200,7 @@ async fn balancing_by_memory_evens_a_skewed_keyspace_on_demand_and_when_scaling(
     let password = password(&kube, &ns, "skewed").await;
 
     // Small keys everywhere, written to the master owning each key's slot.
-    let masters: Vec<(String, std::collections::BTreeSet<u16>)> = cluster
-        .status
-        .as_ref()
-        .unwrap()
-        .nodes
-        .iter()
-        .filter(|n| n.role.as_deref() == Some("master"))
-        .map(|n| (n.ip.clone().unwrap(), slots_in(&n.slots)))
-        .collect();
+    let masters = master_slots(&cluster);
     let small: Vec<String> = (0..30_000).map(|i| format!("small:{i}")).collect();
     for (ip, slots) in &masters {
         let mut c = node(ip, &password).await;
@@ -278,15 +270,7 @@ async fn balancing_by_memory_evens_a_skewed_keyspace_on_demand_and_when_scaling(
     assert_eq!(scaled.values().map(|(_, k)| k).sum::<usize>(), small.len() + big.len());
     // Every big key and a sample of the small ones read back whole from
     // the master status says owns its slot.
-    let owners: Vec<(String, std::collections::BTreeSet<u16>)> = cluster
-        .status
-        .as_ref()
-        .unwrap()
-        .nodes
-        .iter()
-        .filter(|n| n.role.as_deref() == Some("master"))
-        .map(|n| (n.ip.clone().unwrap(), slots_in(&n.slots)))
-        .collect();
+    let owners = master_slots(&cluster);
     for (ip, slots) in &owners {
         let mut c = node(ip, &password).await;
         for key in big.iter().chain(small.iter().step_by(97)).filter(|k| slots.contains(&hash_slot(k))) {
@@ -301,6 +285,16 @@ async fn balancing_by_memory_evens_a_skewed_keyspace_on_demand_and_when_scaling(
         spread_percent(&after),
         spread_percent(&scaled)
     );
+}
+
+/// Each master's address and the slots status says it owns.
+fn master_slots(cluster: &RedisCluster) -> Vec<(String, std::collections::BTreeSet<u16>)> {
+    let nodes = &cluster.status.as_ref().unwrap().nodes;
+    nodes
+        .iter()
+        .filter(|n| n.role.as_deref() == Some("master"))
+        .map(|n| (n.ip.clone().unwrap(), slots_in(&n.slots)))
+        .collect()
 }
 
 /// The slot of a key, honouring a `{hash tag}`.
