@@ -61,13 +61,21 @@ pub fn spawn_operator(env: &Environment, instance: &str, vars: &[(&str, &str)]) 
     let kubeconfig = dir.join(format!("{instance}.kubeconfig"));
     env.service_account_kubeconfig("slotkeeper-system", "slotkeeper", &kubeconfig).unwrap();
     let http_port = slotkeeper_env::control_plane::free_port().unwrap();
-    let mut spec =
-        ProcessSpec::new("slotkeeper", env!("CARGO_BIN_EXE_slotkeeper"), dir.join(format!("{instance}.log")))
-            .args(["run", "--log-format", "json", "--instance", instance, "--kubeconfig"])
-            .arg(&kubeconfig)
-            .arg(format!("--http-addr=127.0.0.1:{http_port}"))
-            .arg(format!("--webhook-addr=127.0.0.1:{}", webhook_port()))
-            .arg(format!("--webhook-url={}", slotkeeper_env::crds::webhook_url(webhook_port())));
+    let log = dir.join(format!("{instance}.log"));
+    // SLOTKEEPER_TEST_WRAPPER="heaptrack -o /tmp/op" runs the operator under a
+    // profiler: the wrapper's words come first, then the operator's command.
+    let wrapper = std::env::var("SLOTKEEPER_TEST_WRAPPER").unwrap_or_default();
+    let mut words = wrapper.split_whitespace();
+    let mut spec = match words.next() {
+        Some(program) => ProcessSpec::new("slotkeeper", program, log).args(words).arg(env!("CARGO_BIN_EXE_slotkeeper")),
+        None => ProcessSpec::new("slotkeeper", env!("CARGO_BIN_EXE_slotkeeper"), log),
+    };
+    spec = spec
+        .args(["run", "--log-format", "json", "--instance", instance, "--kubeconfig"])
+        .arg(&kubeconfig)
+        .arg(format!("--http-addr=127.0.0.1:{http_port}"))
+        .arg(format!("--webhook-addr=127.0.0.1:{}", webhook_port()))
+        .arg(format!("--webhook-url={}", slotkeeper_env::crds::webhook_url(webhook_port())));
     // SLOTKEEPER_TEST_LOG=<filter> makes the operators of a test run verbose.
     if let Ok(filter) = std::env::var("SLOTKEEPER_TEST_LOG") {
         spec = spec.env("RUST_LOG", &filter);
