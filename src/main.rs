@@ -190,9 +190,7 @@ fn serve_apart(
 ) -> std::io::Result<tokio::sync::oneshot::Receiver<std::io::Result<()>>> {
     let (stopped, server) = tokio::sync::oneshot::channel();
     std::thread::Builder::new().name("http".into()).spawn(move || {
-        let result = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .thread_name("http")
+        let result = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
             .and_then(|runtime| runtime.block_on(server::serve(addr, app)));
@@ -213,7 +211,7 @@ fn main() -> anyhow::Result<()> {
             print!("{}", slotkeeper_api::crds_yaml());
             Ok(())
         }
-        Command::Run(args) => tokio::runtime::Runtime::new()?.block_on(run(*args)),
+        Command::Run(args) => tokio::runtime::Builder::new_current_thread().enable_all().build()?.block_on(run(*args)),
         Command::Upgrade(command) => {
             let done = tokio::runtime::Runtime::new()?.block_on(upgrade(command))?;
             if !done {
