@@ -2,14 +2,14 @@
 //! Kubernetes from memory: a steady-state reconcile makes no API request.
 //!
 //! Owned objects are cached as metadata only (the content-hash annotation is
-//! all the applier compares); Pods and the operator's own Secrets in full,
-//! since their status and data are read. Every watch is narrowed to objects
-//! carrying the cluster label, and every change to one triggers the owning
-//! cluster's reconcile.
+//! all the applier compares); the operator's own Secrets in full, since
+//! their data is read; Pods cut down to the fields observing reads. Every
+//! watch is narrowed to objects carrying the cluster label, and every change
+//! to one triggers the owning cluster's reconcile.
 
 use futures::Stream;
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Container, ContainerStatus, Pod, PodSpec, PodStatus, Secret, Service};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::core::PartialObjectMeta;
@@ -66,13 +66,40 @@ where
 
 pub use slotkeeper_readmodel::slim;
 
+/// A cached Pod keeps what `observe::pod_fact` and the store read: its
+/// identity and labels, the redis container's image, its Node, phase, IP and
+/// restart count. The rest of a Pod (volumes, env, probes, conditions) is
+/// most of its size, times every Pod of every cluster.
+pub fn slim_pod(pod: &mut Pod) {
+    slim(pod);
+    pod.metadata.annotations = None;
+    if let Some(spec) = pod.spec.take() {
+        let containers =
+            spec.containers.into_iter().map(|c| Container { name: c.name, image: c.image, ..Container::default() });
+        pod.spec = Some(PodSpec { node_name: spec.node_name, containers: containers.collect(), ..PodSpec::default() });
+    }
+    if let Some(status) = pod.status.take() {
+        let containers = status.container_statuses.map(|all| {
+            all.into_iter()
+                .map(|c| ContainerStatus { name: c.name, restart_count: c.restart_count, ..ContainerStatus::default() })
+                .collect()
+        });
+        pod.status = Some(PodStatus {
+            phase: status.phase,
+            pod_ip: status.pod_ip,
+            container_statuses: containers,
+            ..PodStatus::default()
+        });
+    }
+}
+
 fn labelled() -> watcher::Config {
     watcher::Config::default().labels(LABEL_CLUSTER)
 }
 
-/// A labelled watch feeding a store; for `PartialObjectMeta<_>` it asks
-/// the apiserver for metadata only.
-fn watch<K>(client: &Client, namespace: Option<&str>) -> (Store<K>, Trigger<K>)
+/// A labelled watch feeding a store, each object cut down by `trim` first;
+/// for `PartialObjectMeta<_>` it asks the apiserver for metadata only.
+fn watch<K>(client: &Client, namespace: Option<&str>, trim: fn(&mut K)) -> (Store<K>, Trigger<K>)
 where
     K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
         + Clone
@@ -85,7 +112,7 @@ where
     let (store, writer) = reflector::store();
     let stream = watcher(api::<K>(client, namespace), labelled())
         .default_backoff()
-        .modify(slim)
+        .modify(trim)
         .reflect(writer)
         .touched_objects();
     (store, Box::pin(stream))
@@ -93,13 +120,13 @@ where
 
 impl Caches {
     pub fn new(client: &Client, namespace: Option<&str>) -> (Self, Triggers) {
-        let (pods, pod_trigger) = watch(client, namespace);
-        let (secrets, secret_trigger) = watch(client, namespace);
-        let (stateful_sets, set_trigger) = watch(client, namespace);
-        let (services, service_trigger) = watch(client, namespace);
-        let (config_maps, config_map_trigger) = watch(client, namespace);
-        let (disruption_budgets, budget_trigger) = watch(client, namespace);
-        let (network_policies, policy_trigger) = watch(client, namespace);
+        let (pods, pod_trigger) = watch(client, namespace, slim_pod);
+        let (secrets, secret_trigger) = watch(client, namespace, slim);
+        let (stateful_sets, set_trigger) = watch(client, namespace, slim);
+        let (services, service_trigger) = watch(client, namespace, slim);
+        let (config_maps, config_map_trigger) = watch(client, namespace, slim);
+        let (disruption_budgets, budget_trigger) = watch(client, namespace, slim);
+        let (network_policies, policy_trigger) = watch(client, namespace, slim);
         let (operations, operation_writer) = reflector::store();
         let operation_trigger = Box::pin(
             watcher(api::<RedisOperation>(client, namespace), watcher::Config::default())

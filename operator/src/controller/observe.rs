@@ -232,3 +232,63 @@ async fn ask(pool: &Pool, key: &str, ip: &str, password: &str) -> Result<RedisFa
 fn number(info: &str, field: &str) -> u64 {
     info_field(info, field).and_then(|v| v.parse().ok()).unwrap_or(0)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A Pod as the apiserver sends it: far more than observing reads.
+    fn full_pod() -> Pod {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {
+                "name": "c-shard-1-0", "namespace": "ns", "creationTimestamp": "2026-12-01T10:00:00Z",
+                "labels": {"slotkeeper.io/cluster": "c", "slotkeeper.io/shard": "1"},
+                "annotations": {"slotkeeper.io/config-hash": "abc"},
+                "ownerReferences": [{"apiVersion": "apps/v1", "kind": "StatefulSet", "name": "c-shard-1", "uid": "u"}],
+                "managedFields": [{"manager": "kube-controller-manager", "operation": "Update"}]
+            },
+            "spec": {
+                "nodeName": "node-b",
+                "containers": [
+                    {"name": "redis", "image": "redis:7.0", "env": [{"name": "A", "value": "b"}],
+                     "readinessProbe": {"exec": {"command": ["redis-cli", "ping"]}}},
+                    {"name": "exporter", "image": "exporter:1"}
+                ],
+                "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "data-c-shard-1-0"}}]
+            },
+            "status": {
+                "phase": "Running", "podIP": "10.0.0.7", "hostIP": "192.168.0.2",
+                "conditions": [{"type": "Ready", "status": "True"}],
+                "containerStatuses": [
+                    {"name": "redis", "restartCount": 3, "ready": true, "image": "redis:7.0", "imageID": "x"},
+                    {"name": "exporter", "restartCount": 0, "ready": true, "image": "exporter:1", "imageID": "y"}
+                ]
+            }
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_cached_pod_keeps_the_facts_and_drops_the_rest() {
+        let full = full_pod();
+        let mut slim = full.clone();
+        crate::controller::cache::slim_pod(&mut slim);
+        assert_eq!(pod_fact(&slim), pod_fact(&full));
+        let fact = pod_fact(&slim).unwrap();
+        assert_eq!((fact.shard, fact.ordinal, fact.restarts), (1, 0, 3));
+        assert_eq!(
+            (fact.image.as_deref(), fact.ip.as_deref(), fact.node_name.as_deref()),
+            (Some("redis:7.0"), Some("10.0.0.7"), Some("node-b"))
+        );
+        // The store and the triggers still find it and its cluster.
+        assert_eq!(slim.metadata.labels, full.metadata.labels);
+        assert_eq!(slim.metadata.owner_references, full.metadata.owner_references);
+        // What observing never reads is gone from the cache.
+        let spec = slim.spec.as_ref().unwrap();
+        assert!(spec.volumes.is_none());
+        assert!(spec.containers.iter().all(|c| c.env.is_none() && c.readiness_probe.is_none()));
+        let status = slim.status.as_ref().unwrap();
+        assert!(status.conditions.is_none() && status.host_ip.is_none());
+        assert!(slim.metadata.managed_fields.is_none() && slim.metadata.annotations.is_none());
+    }
+}
