@@ -74,19 +74,38 @@ pub fn exact_moves(owned: &BTreeMap<usize, BTreeSet<u16>>, staying: usize) -> Ve
     moves
 }
 
-/// The next batch: up to `per_pair` moves for every (from, to) pair, so pairs
-/// of different masters migrate in parallel.
-pub fn next_batch(moves: &[Move], per_pair: usize) -> Vec<Move> {
-    let mut taken: BTreeMap<(usize, usize), usize> = BTreeMap::new();
-    moves
-        .iter()
-        .filter(|m| {
-            let n = taken.entry((m.from, m.to)).or_default();
-            *n += 1;
-            *n <= per_pair
-        })
-        .copied()
-        .collect()
+/// The next batch: up to `per_source` moves for every giving master, spread
+/// over its receivers in turn. A master sends MIGRATEs one at a time (each
+/// waits for the receiver), so the givers are what run in parallel: capping
+/// each giver alike keeps all of them busy for the whole step, where a cap
+/// per pair had a master giving to two receivers take twice as long as the
+/// others while they sat idle.
+pub fn next_batch(moves: &[Move], per_source: usize) -> Vec<Move> {
+    let mut by_pair: BTreeMap<(usize, usize), std::collections::VecDeque<Move>> = BTreeMap::new();
+    for m in moves {
+        by_pair.entry((m.from, m.to)).or_default().push_back(*m);
+    }
+    let sources: BTreeSet<usize> = by_pair.keys().map(|&(from, _)| from).collect();
+    let mut batch = Vec::new();
+    for source in sources {
+        let mut taken = 0;
+        while taken < per_source {
+            let before = taken;
+            for (_, queue) in by_pair.range_mut((source, 0)..=(source, usize::MAX)) {
+                if taken < per_source
+                    && let Some(m) = queue.pop_front()
+                {
+                    batch.push(m);
+                    taken += 1;
+                }
+            }
+            if taken == before {
+                break;
+            }
+        }
+    }
+    batch.sort();
+    batch
 }
 
 #[cfg(test)]
@@ -171,13 +190,35 @@ mod tests {
     }
 
     #[test]
-    fn batches_cap_each_pair_and_cover_every_pair() {
+    fn batches_cap_each_giver_alike_and_cover_every_pair() {
+        // 3 → 5: the middle master gives to both new ones, the others to one.
         let all = moves(&bootstrap(3), 5);
         let batch = next_batch(&all, 100);
-        let pairs: BTreeSet<(usize, usize)> = all.iter().map(|m| (m.from, m.to)).collect();
-        for pair in &pairs {
-            let n = batch.iter().filter(|m| (m.from, m.to) == *pair).count();
-            assert!(n > 0 && n <= 100, "{pair:?}: {n}");
+        for source in 0..3 {
+            assert_eq!(batch.iter().filter(|m| m.from == source).count(), 100, "giver {source}");
         }
+        let pairs: BTreeSet<(usize, usize)> = all.iter().map(|m| (m.from, m.to)).collect();
+        assert!(pairs.len() > 3, "{pairs:?}");
+        for pair in &pairs {
+            assert!(batch.iter().any(|m| (m.from, m.to) == *pair), "{pair:?} waits");
+        }
+        assert!(batch.iter().all(|m| all.contains(m)));
+    }
+
+    #[test]
+    fn batches_take_what_is_left_and_end() {
+        let mut owned = bootstrap(3);
+        let mut left = moves(&owned, 5);
+        let mut steps = 0;
+        while !left.is_empty() {
+            let batch = next_batch(&left, 1024);
+            assert!(!batch.is_empty());
+            apply(&mut owned, &batch);
+            left.retain(|m| !batch.contains(m));
+            steps += 1;
+        }
+        // Each giver owes about 2,184 slots: three steps, not five.
+        assert_eq!(steps, 3);
+        assert_eq!((0..5).map(|i| owned[&i].len()).collect::<Vec<_>>(), targets(5));
     }
 }

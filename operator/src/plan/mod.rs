@@ -269,10 +269,11 @@ impl Action {
     }
 }
 
-/// Slots moved per pair of masters per step: large enough that round trips
-/// are amortised over hundreds of slots, small enough that status (the
-/// checkpoint users watch) moves every second or so.
-pub const SLOTS_PER_PAIR_PER_STEP: usize = 512;
+/// Slots each giving master moves per step: large enough that round trips
+/// and the step's own observe and checkpoint are amortised over hundreds of
+/// slots, small enough that status (the checkpoint users watch) moves every
+/// second or so.
+pub const SLOTS_PER_SOURCE_PER_STEP: usize = 1024;
 
 impl Observed {
     /// How many Pods each staying shard keeps: `replicas + 1`, but a shard

@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use slotkeeper_api::balance::{self, Move};
 use slotkeeper_api::capacity::{MemoryFact, ScaleInCheck};
 
-use super::{Action, BalanceBy, Batch, NodeRef, Observed, PlanInProgress, PodFact, SLOTS_PER_PAIR_PER_STEP};
+use super::{Action, BalanceBy, Batch, NodeRef, Observed, PlanInProgress, PodFact, SLOTS_PER_SOURCE_PER_STEP};
 use crate::redis::migrate::SlotTransfer;
 use crate::redis::topology::{Direction, SlotRange, count, expand, to_ranges};
 use slotkeeper_api::{BalancePlan, SlotTarget};
@@ -176,7 +176,7 @@ fn move_step(observed: &Observed, by_shard: &BTreeMap<usize, &PodFact>, moves: &
     {
         return Action::Refused(refusal);
     }
-    let batch = balance::next_batch(moves, SLOTS_PER_PAIR_PER_STEP);
+    let batch = balance::next_batch(moves, SLOTS_PER_SOURCE_PER_STEP);
     let mut batches: BTreeMap<(usize, usize), Batch> = BTreeMap::new();
     for m in &batch {
         let (Some(source), Some(target)) = (node_ref(observed, by_shard[&m.from]), node_ref(observed, by_shard[&m.to]))

@@ -69,6 +69,7 @@ pub async fn transfer(
     password: &str,
     after_drain: &(dyn Fn() + Sync),
 ) -> Result<Moved, RedisError> {
+    let started = std::time::Instant::now();
     // Open: importing on the target first, so no ASK redirect points at a
     // node that would refuse it.
     let mut importing = redis::pipe();
@@ -81,6 +82,7 @@ pub async fn transfer(
         migrating.cmd("CLUSTER").arg("SETSLOT").arg(s.slot).arg("MIGRATING").arg(pair.target_id);
     }
     run(pair.source, "CLUSTER SETSLOT MIGRATING", &migrating).await?;
+    let opened = started.elapsed();
 
     // Drain: list keys of every slot still holding some, MIGRATE them, repeat.
     let mut keys_moved = 0;
@@ -128,6 +130,7 @@ pub async fn transfer(
         pending = still;
     }
 
+    let drained = started.elapsed();
     after_drain();
     // Hand over: the target first (it bumps its epoch and claims the slots),
     // then the source, which may only let go once empty.
@@ -142,6 +145,16 @@ pub async fn transfer(
         Err(error) if error.to_string().contains("only with masters") => {}
         other => drop(other?),
     }
+    tracing::debug!(
+        source = pair.source.addr(),
+        target = pair.target_ip,
+        slots = slots.len(),
+        keys = keys_moved,
+        opened_ms = opened.as_secs_f64() * 1e3,
+        drained_ms = drained.as_secs_f64() * 1e3,
+        total_ms = started.elapsed().as_secs_f64() * 1e3,
+        "slot batch moved"
+    );
     Ok(Moved { slots: slots.len(), keys: keys_moved })
 }
 
