@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{Affinity, ResourceRequirements, Toleration, TopologySpreadConstraint};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, MicroTime};
 use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
 
@@ -271,9 +271,10 @@ pub struct FailureDomainStatus {
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
 #[serde(rename_all = "camelCase")]
 pub struct ReshardStatus {
-    /// When the first batch started.
+    /// When the first batch started, to the microsecond (a reshard may take
+    /// under a second, and `Rebalanced` reports how long it took).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub started_time: Option<Time>,
+    pub started_time: Option<MicroTime>,
     /// Slots this reshard moves in all.
     pub slots_total: i32,
     pub slots_moved: i32,

@@ -1,7 +1,7 @@
 //! Report: the status is computed from what was observed and planned (pure),
 //! and written only when it differs from what is stored.
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, MicroTime, Time};
 use k8s_openapi::jiff::Timestamp;
 
 use crate::api::lag::ReplicationLag;
@@ -178,7 +178,11 @@ pub fn build_status(
             let left = remaining + if step_done { 0 } else { in_batch };
             let total = old.reshard.as_ref().map_or(0, |r| r.slots_total as usize).max(remaining + in_batch);
             Some(ReshardStatus {
-                started_time: old.reshard.as_ref().and_then(|r| r.started_time.clone()).or(Some(Time(step_started))),
+                started_time: old
+                    .reshard
+                    .as_ref()
+                    .and_then(|r| r.started_time.clone())
+                    .or(Some(MicroTime(step_started))),
                 slots_total: total as i32,
                 slots_moved: (total - left) as i32,
                 current_slot: batches.iter().flat_map(|b| b.slots.first()).map(|s| i32::from(s.slot)).min(),
@@ -222,7 +226,7 @@ pub fn build_status(
 pub fn record_balance(status: &mut RedisClusterStatus, action: &Action, planned: Option<BalancePlan>, now: Timestamp) {
     if let Some(plan) = planned {
         status.reshard = Some(ReshardStatus {
-            started_time: Some(Time(now)),
+            started_time: Some(MicroTime(now)),
             slots_total: plan.slots() as i32,
             plan: Some(plan),
             ..ReshardStatus::default()
