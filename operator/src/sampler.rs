@@ -66,8 +66,9 @@ impl Sampler {
         if redis.is_empty() {
             // A rotated password looks like this too: read it again next time.
             self.passwords.lock().expect("passwords lock").remove(&key);
-            self.redis.forget_cluster(&pool_key);
         }
+        // Idle until the next sample, connections would only hold buffers.
+        self.redis.forget_cluster(&pool_key);
         let step = cluster.status.as_ref().and_then(|s| s.step.as_ref()).map(StepStatus::summary);
         let observation = crate::publish::observation(&pods, &redis, step, Source::Sampler, Timestamp::now());
         self.publisher.publish(&key, observation);

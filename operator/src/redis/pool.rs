@@ -1,8 +1,9 @@
-//! Connections kept open between reconciles, one per Redis node, so a
-//! steady-state reconcile costs one pipelined round trip per node instead of
-//! a TCP handshake and AUTH. Entries are grouped by cluster: a reconcile
-//! drops its cluster's connections to addresses no Pod holds any more, and a
-//! failed call drops the connection it used.
+//! Connections kept open between the reconciles of a cluster with work going
+//! on, one per Redis node, so each step costs one pipelined round trip per
+//! node instead of a TCP handshake and AUTH; a converged cluster's are
+//! dropped until its next resync. Entries are grouped by cluster: a
+//! reconcile drops its cluster's connections to addresses no Pod holds any
+//! more, and a failed call drops the connection it used.
 
 use std::collections::hash_map::DefaultHasher;
 use std::collections::{BTreeSet, HashMap};
