@@ -43,11 +43,18 @@ enum Redirect {
     Ask(String),
 }
 
+/// MOVED or ASK, from a single command's error or a pipeline's: redis 1.x
+/// wraps a pipelined command's error, and `redirect_node` reads only a bare
+/// one (a redirect taken for a failure cost a 20 ms back-off and a slot-map
+/// reload, which the write-pause figures then counted).
 fn redirect(error: &redis::RedisError) -> Option<Redirect> {
-    let addr = error.redirect_node()?.0.to_owned();
-    match error.code() {
-        Some("MOVED") => Some(Redirect::Moved(addr)),
-        Some("ASK") => Some(Redirect::Ask(addr)),
+    let errors = error.clone().into_server_errors()?;
+    let (_, server) = errors.first()?;
+    // "<slot> <ip>:<port>"
+    let addr = server.details()?.split_ascii_whitespace().nth(1)?.to_owned();
+    match server.code() {
+        "MOVED" => Some(Redirect::Moved(addr)),
+        "ASK" => Some(Redirect::Ask(addr)),
         _ => None,
     }
 }
@@ -236,7 +243,11 @@ pub struct Record {
     /// When each write was accepted (SET answered OK, acknowledged by a
     /// replica or not), in order.
     pub accepted_at: Vec<Instant>,
+    /// The first errors (at most [`ERRORS_KEPT`]), when and what, to explain a pause.
+    pub error_log: Vec<(Instant, String)>,
 }
+
+const ERRORS_KEPT: usize = 100;
 
 /// Writes unique keys until stopped; see [`Record`].
 pub struct Writer {
@@ -315,7 +326,12 @@ impl Writer {
                             rec.acknowledged_at.push(now);
                         }
                         Ok(false) => rec.unacknowledged += 1,
-                        Err(_) => rec.errors += 1,
+                        Err(error) => {
+                            rec.errors += 1;
+                            if rec.error_log.len() < ERRORS_KEPT {
+                                rec.error_log.push((Instant::now(), error.to_string()));
+                            }
+                        }
                     }
                 }
                 tokio::time::sleep(Duration::from_millis(2)).await;
