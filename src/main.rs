@@ -23,6 +23,13 @@ use slotkeeper_operator::webhook::certs::Lifetimes;
 use slotkeeper_operator::webhook::{Endpoint, Keeper, WebhookConfig};
 use slotkeeper_upgrade::manager::{ConversionSource, Manager};
 
+/// jemalloc, configured in `.cargo/config.toml` to hand freed pages back
+/// within a second. glibc's malloc keeps a long-running process at its
+/// high-water mark (the startup lists, the resharding bursts), fragmented:
+/// at 100 clusters it held ~5 MiB more than jemalloc for the same work.
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 /// This binary's release; an upgrade plan names the release it goes to.
 const RELEASE: &str = env!("CARGO_PKG_VERSION");
 
