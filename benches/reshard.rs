@@ -90,38 +90,24 @@ async fn shard_writers(seeds: Vec<String>, password: &str) -> Vec<Writer> {
 }
 
 async fn pauses(writers: Vec<Writer>, since: Instant) -> Vec<Duration> {
-    let gaps = writers.iter().map(|w| w.accept_gap(since).0).collect();
+    let mut gaps = Vec::new();
     for (shard, writer) in writers.iter().enumerate() {
-        if let Some((gap, began)) = longest_gap_start(writer, since) {
-            // Wall-clock, to be read beside the operator's log.
-            let wall = std::time::SystemTime::now() - began.elapsed();
-            let at = k8s_openapi::jiff::Timestamp::try_from(wall).map(|t| t.to_string()).unwrap_or_default();
-            println!("    shard {shard}: longest pause {} ms from {at}", gap.as_millis());
-            let record = writer.record.lock().unwrap();
-            let during = record.error_log.iter().filter(|(t, _)| *t >= began && *t <= began + gap);
-            for (t, error) in during.take(5) {
-                println!("      +{} ms: {error}", (*t - began).as_millis());
-            }
+        let (gap, began) = writer.longest_accept_gap(since);
+        gaps.push(gap);
+        // Wall-clock, to be read beside the operator's log.
+        let wall = std::time::SystemTime::now() - began.elapsed();
+        let at = k8s_openapi::jiff::Timestamp::try_from(wall).map(|t| t.to_string()).unwrap_or_default();
+        println!("    shard {shard}: longest pause {} ms from {at}", gap.as_millis());
+        let record = writer.record.lock().unwrap();
+        let during = record.error_log.iter().filter(|(t, _)| *t >= began && *t <= began + gap);
+        for (t, error) in during.take(5) {
+            println!("      +{} ms: {error}", (*t - began).as_millis());
         }
     }
     for writer in writers {
         writer.stop().await;
     }
     gaps
-}
-
-/// The longest interval between accepted writes after `since`, and when it began.
-fn longest_gap_start(writer: &Writer, since: Instant) -> Option<(Duration, Instant)> {
-    let record = writer.record.lock().unwrap();
-    let mut last = since;
-    let mut longest = None;
-    for &at in record.accepted_at.iter().filter(|at| **at >= since) {
-        if longest.is_none_or(|(gap, _)| at - last > gap) {
-            longest = Some((at - last, last));
-        }
-        last = at;
-    }
-    longest
 }
 
 /// Keys (and their key+value bytes) held by the masters at `addresses`.

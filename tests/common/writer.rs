@@ -382,14 +382,28 @@ impl Writer {
     /// last accepted write (so a stall still going on is not counted yet),
     /// and whether any write was accepted after it.
     pub fn accept_gap(&self, since: Instant) -> (Duration, bool) {
-        let rec = self.record.lock().unwrap();
-        let mut last = since;
-        let mut longest = Duration::ZERO;
-        for at in rec.accepted_at.iter().filter(|at| **at >= since) {
-            longest = longest.max(*at - last);
-            last = *at;
-        }
+        let (longest, _, last) = self.accept_gaps(since);
         (longest, last > since)
+    }
+
+    /// [`Self::accept_gap`]'s interval, and when it began.
+    pub fn longest_accept_gap(&self, since: Instant) -> (Duration, Instant) {
+        let (longest, began, _) = self.accept_gaps(since);
+        (longest, began)
+    }
+
+    /// The longest interval between accepted writes from `since`, when it
+    /// began, and the last accepted write (`since` if none).
+    fn accept_gaps(&self, since: Instant) -> (Duration, Instant, Instant) {
+        let rec = self.record.lock().unwrap();
+        let (mut last, mut longest, mut began) = (since, Duration::ZERO, since);
+        for &at in rec.accepted_at.iter().filter(|at| **at >= since) {
+            if at - last > longest {
+                (longest, began) = (at - last, last);
+            }
+            last = at;
+        }
+        (longest, began, last)
     }
 
     pub fn snapshot(&self) -> Vec<String> {
