@@ -340,7 +340,12 @@ fn a_rebalance_operation_by_slots_reaches_the_exact_share() {
         let batch = crate::plan::Batch {
             source: crate::plan::NodeRef { pod: from.into(), id: format!("id-{from}"), ip: String::new() },
             target: crate::plan::NodeRef { pod: to.into(), id: to_id.clone(), ip: String::new() },
-            slots: vec![crate::redis::migrate::SlotTransfer { slot, open_target: true, open_source: true }],
+            slots: vec![crate::redis::migrate::SlotTransfer {
+                slot,
+                open_target: true,
+                open_source: true,
+                target_owns: false,
+            }],
         };
         apply(&mut o, &Action::MoveSlots { batches: vec![batch], others: vec![], remaining: 0, repair: false });
     }

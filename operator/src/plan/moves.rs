@@ -70,7 +70,12 @@ pub fn repair_open_slots(observed: &Observed, reachable: &[&PodFact]) -> Option<
         let (source, target) = (by_id[source_id.as_str()], by_id[target_id.as_str()]);
         let (source_ref, target_ref) = (node_ref(observed, source)?, node_ref(observed, target)?);
         let (s, t) = (view(observed, &source.name, slot), view(observed, &target.name, slot));
-        let transfer = SlotTransfer { slot, open_target: !t.importing && !t.owns, open_source: s.owns && !s.migrating };
+        let transfer = SlotTransfer {
+            slot,
+            open_target: !t.importing && !t.owns,
+            open_source: s.owns && !s.migrating,
+            target_owns: t.owns,
+        };
         batches
             .entry((source_id, target_id))
             .or_insert_with(|| Batch { source: source_ref, target: target_ref, slots: Vec::new() })
@@ -187,7 +192,7 @@ fn move_step(observed: &Observed, by_shard: &BTreeMap<usize, &PodFact>, moves: &
             .entry((m.from, m.to))
             .or_insert_with(|| Batch { source, target, slots: Vec::new() })
             .slots
-            .push(SlotTransfer { slot: m.slot, open_target: true, open_source: true });
+            .push(SlotTransfer { slot: m.slot, open_target: true, open_source: true, target_owns: false });
     }
     let batches: Vec<Batch> = batches.into_values().collect();
     let members: Vec<&PodFact> = by_shard.values().copied().collect();

@@ -6,6 +6,13 @@
 //! (importing/migrating), which the planner finishes forward before anything
 //! else; MIGRATE uses REPLACE so a repeated batch cannot fail on a key that
 //! already arrived.
+//!
+//! The target claims a batch in one transaction with a single epoch bump:
+//! `SETSLOT NODE` on an importing slot makes Redis 6.2 and 7.0 broadcast a
+//! PONG to every node for every slot (5,000 messages for 1,000 slots in a
+//! 6-node cluster, 89 ms on the target and 42 ms on a source that had to read
+//! them, against 5 ms for the transaction; measured here with redis-server
+//! 7.0.15), which every node then has to process while other pairs drain.
 
 use std::time::Duration;
 
@@ -35,6 +42,8 @@ pub struct SlotTransfer {
     pub open_target: bool,
     /// Mark the slot MIGRATING on the source (owned there, not yet open).
     pub open_source: bool,
+    /// The target owns it already (a batch interrupted after its claim).
+    pub target_owns: bool,
 }
 
 /// The two masters of a batch.
@@ -134,11 +143,12 @@ pub async fn transfer(
     after_drain();
     // Hand over: the target first (it bumps its epoch and claims the slots),
     // then the source, which may only let go once empty.
+    run(pair.target, "CLUSTER SETSLOT NODE", &claim(slots, pair.target_id)).await?;
+    let claimed = started.elapsed();
     let mut handover = redis::pipe();
     for s in slots {
         handover.cmd("CLUSTER").arg("SETSLOT").arg(s.slot).arg("NODE").arg(pair.target_id);
     }
-    run(pair.target, "CLUSTER SETSLOT NODE", &handover).await?;
     match run(pair.source, "CLUSTER SETSLOT NODE", &handover).await {
         // A master that gave its last slot away has just become a replica of
         // the target (Redis's replica migration); it learned the owner already.
@@ -152,10 +162,39 @@ pub async fn transfer(
         keys = keys_moved,
         opened_ms = opened.as_secs_f64() * 1e3,
         drained_ms = drained.as_secs_f64() * 1e3,
+        claimed_ms = claimed.as_secs_f64() * 1e3,
         total_ms = started.elapsed().as_secs_f64() * 1e3,
         "slot batch moved"
     );
     Ok(Moved { slots: slots.len(), keys: keys_moved })
+}
+
+/// The slots the target claims quietly (`STABLE` ends their import, so
+/// `NODE` neither bumps the epoch nor broadcasts) and the one it claims
+/// last while still importing, which bumps its epoch above the source's and
+/// broadcasts the whole claim once. `None` when the target owns every slot
+/// already: its epoch was bumped by that claim.
+fn claim_order(slots: &[SlotTransfer]) -> (Vec<u16>, Option<u16>) {
+    let bump = slots.iter().rposition(|s| !s.target_owns);
+    let quiet = slots.iter().enumerate().filter(|(i, _)| Some(*i) != bump).map(|(_, s)| s.slot).collect();
+    (quiet, bump.map(|i| slots[i].slot))
+}
+
+/// The target's claim as one MULTI/EXEC: nothing (a client, a gossip message
+/// with the source's older claim) can come between the quiet claims, made
+/// with the target's old epoch, and the bump that makes them win.
+fn claim(slots: &[SlotTransfer], target_id: &str) -> redis::Pipeline {
+    let (quiet, bump) = claim_order(slots);
+    let mut pipe = redis::pipe();
+    pipe.atomic();
+    for slot in quiet {
+        pipe.cmd("CLUSTER").arg("SETSLOT").arg(slot).arg("STABLE");
+        pipe.cmd("CLUSTER").arg("SETSLOT").arg(slot).arg("NODE").arg(target_id);
+    }
+    if let Some(slot) = bump {
+        pipe.cmd("CLUSTER").arg("SETSLOT").arg(slot).arg("NODE").arg(target_id);
+    }
+    pipe
 }
 
 /// Tells another master who owns `slots` now, so clients are redirected
@@ -166,4 +205,54 @@ pub async fn announce(node: &mut RedisNode, slots: &[u16], target_id: &str) -> R
         pipe.cmd("CLUSTER").arg("SETSLOT").arg(*slot).arg("NODE").arg(target_id);
     }
     run(node, "CLUSTER SETSLOT NODE", &pipe).await.map(drop)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn transfer(slot: u16, target_owns: bool) -> SlotTransfer {
+        SlotTransfer { slot, open_target: !target_owns, open_source: true, target_owns }
+    }
+
+    /// Each command of a pipeline as its words.
+    fn words(pipe: &redis::Pipeline) -> Vec<String> {
+        pipe.cmd_iter()
+            .map(|cmd| {
+                cmd.args_iter()
+                    .map(|arg| match arg {
+                        redis::Arg::Simple(bytes) => String::from_utf8_lossy(bytes).into_owned(),
+                        _ => "<other>".into(),
+                    })
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_claim_bumps_the_epoch_once_with_its_last_importing_slot() {
+        let slots = [transfer(7, false), transfer(8, false), transfer(9, false)];
+        assert_eq!(claim_order(&slots), (vec![7, 8], Some(9)));
+        let pipe = claim(&slots, "t");
+        assert!(pipe.is_transaction(), "the claim is one MULTI/EXEC");
+        assert_eq!(
+            words(&pipe),
+            [
+                "CLUSTER SETSLOT 7 STABLE",
+                "CLUSTER SETSLOT 7 NODE t",
+                "CLUSTER SETSLOT 8 STABLE",
+                "CLUSTER SETSLOT 8 NODE t",
+                "CLUSTER SETSLOT 9 NODE t",
+            ]
+        );
+    }
+
+    #[test]
+    fn a_repaired_claim_bumps_with_a_slot_the_target_does_not_own_yet() {
+        let slots = [transfer(7, false), transfer(8, true)];
+        assert_eq!(claim_order(&slots), (vec![8], Some(7)));
+        // Everything claimed before an interruption: nothing left to bump.
+        assert_eq!(claim_order(&[transfer(7, true), transfer(8, true)]), (vec![7, 8], None));
+    }
 }
