@@ -107,6 +107,22 @@ fn an_interrupted_migration_is_finished_before_anything_else() {
 }
 
 #[test]
+fn a_migration_interrupted_after_the_targets_claim_is_handed_over_without_reopening() {
+    let mut o = healthy(3, 1);
+    // Died between the target's claim of slot 100 and the source's SETSLOT
+    // NODE: the target owns it, the source still marks it migrating.
+    let (source, target) = ("c-shard-0-0", "c-shard-1-0");
+    myself_mut(&mut o, source).open_slots.push(open_mark(100, Direction::Migrating, &format!("id-{target}")));
+    myself_mut(&mut o, target).slots.push(crate::redis::topology::SlotRange { start: 100, end: 100 });
+    let action = plan(&o);
+    let Action::MoveSlots { batches, repair: true, .. } = &action else { panic!("expected a repair, got {action:?}") };
+    let t = &batches[0].slots[0];
+    // The target's epoch was bumped by that claim: no slot of the batch
+    // needs to be claimed while importing again.
+    assert_eq!((t.slot, t.open_target, t.open_source, t.target_owns), (100, false, false, true));
+}
+
+#[test]
 fn a_mark_whose_peer_is_gone_is_cleared() {
     let mut o = healthy(3, 1);
     myself_mut(&mut o, "c-shard-0-0").open_slots.push(open_mark(7, Direction::Migrating, "id-long-gone"));
