@@ -219,8 +219,9 @@ pub fn node_ready(node: &Node) -> Option<bool> {
 }
 
 /// Picks a free /16 of 127.0.0.0/8 for Pod addresses, held with a file lock
-/// for the environment's lifetime so concurrent environments never overlap.
-fn lock_network_block() -> Result<(u8, Flock<File>), ControlPlaneError> {
+/// for the environment's lifetime (or a test's own servers) so concurrent
+/// users never overlap.
+pub fn lock_network_block() -> Result<(u8, Flock<File>), ControlPlaneError> {
     let start = (std::process::id() % 254) as u8;
     for offset in 0..254u8 {
         let block = 1 + (start.wrapping_add(offset) % 254);
