@@ -46,6 +46,8 @@ enum Command {
     Run(Box<RunArgs>),
     /// Print the CustomResourceDefinitions as YAML (what deploy/crds holds).
     Crd,
+    /// Print the admission policy as YAML (what deploy/admission.yaml holds).
+    Admission,
     /// Upgrade Slotkeeper itself.
     #[command(subcommand)]
     Upgrade(UpgradeCommand),
@@ -214,6 +216,10 @@ enum LogFormat {
 
 fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
+        Command::Admission => {
+            print!("{}", slotkeeper_api::admission::admission_yaml());
+            Ok(())
+        }
         Command::Crd => {
             print!("{}", slotkeeper_api::crds_yaml());
             Ok(())

@@ -79,7 +79,14 @@ async fn the_scratch_image_runs_the_operator_as_non_root_on_a_read_only_root() {
 
     let env = image_env();
     let manifests = next_manifests();
-    for file in ["00-namespace.yaml", "crds/slotkeeper.io.yaml", "rbac.yaml", "console-rbac.yaml", "operator.yaml"] {
+    for file in [
+        "00-namespace.yaml",
+        "crds/slotkeeper.io.yaml",
+        "rbac.yaml",
+        "console-rbac.yaml",
+        "admission.yaml",
+        "operator.yaml",
+    ] {
         let path = manifests.path().join(file);
         let (ok, out) = kubectl(env, &["apply", "--server-side", "-f", path.to_str().unwrap()], None);
         assert!(ok, "{file}: {out}");

@@ -22,8 +22,11 @@ const CATALOG_MESSAGE: &str = "spec.redis.engine and spec.redis.version must nam
 
 /// The CEL rule that the version is semver-shaped (both API versions).
 pub(crate) const VERSION_RULE: &str = "self.matches('^[0-9]+\\\\.[0-9]+\\\\.[0-9]+$')";
-/// The CEL rule that redis.conf overrides leave the operator's keys alone (both API versions).
-pub(crate) const CONFIG_RULE: &str = "self.all(k, !(k in ['port', 'bind', 'dir', 'cluster-enabled', 'cluster-config-file', 'cluster-announce-ip', 'cluster-announce-port', 'cluster-announce-bus-port', 'replica-announce-ip', 'requirepass', 'masterauth', 'masteruser', 'rename-command', 'include', 'daemonize', 'pidfile', 'logfile', 'unixsocket', 'protected-mode', 'aclfile', 'replicaof', 'slaveof', 'tls-port']))";
+/// The schema of `spec.redis.config`: the allow-list's rules (see [`crate::redis_config`]).
+fn config_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    let description = "redis.conf overrides: allow-listed keys only, each value checked by type.";
+    schemars::Schema::try_from(crate::redis_config::schema("spec.redis.config", description)).expect("an object schema")
+}
 
 /// The fewest masters a cluster may have (the CRD's rule on `spec.masters`
 /// says the same; a test keeps them equal).
@@ -129,8 +132,7 @@ pub struct RedisSpec {
 
     /// redis.conf overrides (allow-listed keys only).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    #[schemars(extend("maxProperties" = 64))]
-    #[x_kube(validation = Rule::new(CONFIG_RULE).message("spec.redis.config sets a key the operator manages or that is unsafe (port, bind, dir, cluster-*, requirepass, masterauth, rename-command, include, ...); remove it"))]
+    #[schemars(schema_with = "config_schema")]
     pub config: BTreeMap<String, String>,
 }
 

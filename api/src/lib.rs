@@ -5,6 +5,7 @@
 //! console can depend on it without pulling the reconcile in.
 #![forbid(unsafe_code)]
 
+pub mod admission;
 pub mod balance;
 pub mod balancing;
 pub mod capacity;
@@ -14,6 +15,7 @@ pub mod conversion;
 pub mod lag;
 pub mod names;
 pub mod operation;
+pub mod redis_config;
 pub mod rollout;
 pub mod self_upgrade;
 pub mod topology;
@@ -82,8 +84,13 @@ fn webhook_conversion() -> CustomResourceConversion {
 pub fn crds_yaml() -> String {
     let header = "# Generated from the Rust types by `slotkeeper crd`; do not edit.\n";
     let crds = crds();
-    let documents: Vec<String> = crds.iter().map(|crd| serde_yaml::to_string(crd).expect("a CRD serializes")).collect();
+    let documents: Vec<String> = crds.iter().map(to_yaml).collect();
     format!("{header}{}", documents.join("---\n"))
+}
+
+/// A manifest as YAML, the way `deploy/` holds them.
+pub fn to_yaml(object: &impl serde::Serialize) -> String {
+    serde_yaml::to_string(object).expect("a manifest serializes")
 }
 
 #[cfg(test)]

@@ -2,11 +2,24 @@
 
 pub const FIELD_MANAGER: &str = "slotkeeper";
 
+/// The namespace `deploy/` runs the operator in, and the value of
+/// [`LABEL_NAME`] on its Pods: Redis admits the operator by both.
+pub const OPERATOR_NAMESPACE: &str = "slotkeeper-system";
+pub const OPERATOR_APP: &str = "slotkeeper";
+/// The label every namespace carries with its own name (set by the apiserver, not by its owner).
+pub const LABEL_NAMESPACE_NAME: &str = "kubernetes.io/metadata.name";
+
 /// The conversion webhook, as `deploy/` addresses it: a Service in the
 /// operator's namespace, this path.
-pub const WEBHOOK_NAMESPACE: &str = "slotkeeper-system";
+pub const WEBHOOK_NAMESPACE: &str = OPERATOR_NAMESPACE;
 pub const WEBHOOK_SERVICE: &str = "slotkeeper-webhook";
 pub const WEBHOOK_PATH: &str = "/convert";
+
+/// Virtual subresources of `redisclusters` that RBAC grants with the verb
+/// `use` (see `deploy/admission.yaml`): running an image outside the catalog,
+/// and giving the Pods a priority class.
+pub const SUBRESOURCE_CUSTOM_IMAGE: &str = "customimage";
+pub const SUBRESOURCE_PRIORITY_CLASS: &str = "priorityclass";
 
 pub const LABEL_CLUSTER: &str = "slotkeeper.io/cluster";
 pub const LABEL_SHARD: &str = "slotkeeper.io/shard";

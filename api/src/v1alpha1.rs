@@ -10,9 +10,7 @@ use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
 
 use crate::catalog::Engine;
-use crate::cluster::{
-    AuthSpec, CATALOG_RULE, CONFIG_RULE, RedisClusterStatus, SchedulingSpec, StorageSpec, VERSION_RULE,
-};
+use crate::cluster::{AuthSpec, CATALOG_RULE, RedisClusterStatus, SchedulingSpec, StorageSpec, VERSION_RULE};
 use crate::operation::{FailoverSpec, OperationType, RedisOperationStatus};
 use crate::rollout::UpgradeSpec;
 
@@ -82,8 +80,7 @@ pub struct RedisClusterSpec {
 
     /// redis.conf overrides (allow-listed keys only).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    #[schemars(extend("maxProperties" = 64))]
-    #[x_kube(validation = Rule::new(CONFIG_RULE).message("spec.config sets a key the operator manages or that is unsafe (port, bind, dir, cluster-*, requirepass, masterauth, rename-command, include, ...); remove it"))]
+    #[schemars(schema_with = "config_schema")]
     pub config: BTreeMap<String, String>,
 
     /// How version rollouts go (canary bake time, step timeout).
@@ -128,4 +125,10 @@ pub struct RedisOperationSpec {
     /// For `Failover`: which shard, and optionally which replica to promote.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failover: Option<FailoverSpec>,
+}
+
+/// The schema of `spec.config`: the allow-list's rules (see [`crate::redis_config`]).
+fn config_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    let description = "redis.conf overrides: allow-listed keys only, each value checked by type.";
+    schemars::Schema::try_from(crate::redis_config::schema("spec.config", description)).expect("an object schema")
 }

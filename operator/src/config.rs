@@ -5,25 +5,7 @@
 //! failed: 6.2 drops cluster-bus messages with extensions).
 
 use slotkeeper_api::catalog::{CatalogEntry, Engine};
-
-/// Keys that appeared in a release: unknown to anything older.
-const INTRODUCED: &[(&str, Engine, &str)] = &[
-    ("latency-tracking", Engine::Redis, "7.0.0"),
-    ("latency-tracking-info-percentiles", Engine::Redis, "7.0.0"),
-    ("cluster-allow-pubsubshard-when-down", Engine::Redis, "7.0.0"),
-    ("cluster-link-sendbuf-limit", Engine::Redis, "7.0.0"),
-    ("cluster-announce-hostname", Engine::Redis, "7.0.0"),
-    ("cluster-preferred-endpoint-type", Engine::Redis, "7.0.0"),
-    ("shutdown-timeout", Engine::Redis, "7.0.0"),
-    ("shutdown-on-sigterm", Engine::Redis, "7.0.0"),
-    ("shutdown-on-sigint", Engine::Redis, "7.0.0"),
-    ("enable-debug-command", Engine::Redis, "7.0.0"),
-    ("enable-module-command", Engine::Redis, "7.0.0"),
-    ("enable-protected-configs", Engine::Redis, "7.0.0"),
-    ("aof-timestamp-enabled", Engine::Redis, "7.0.0"),
-    ("cluster-announce-human-nodename", Engine::Valkey, "8.0.0"),
-    ("availability-zone", Engine::Valkey, "8.0.0"),
-];
+use slotkeeper_api::redis_config::{self, ConfigError};
 
 /// Keys Redis 7.0 renamed (it still accepts the old names): older releases
 /// get the old name.
@@ -38,44 +20,37 @@ const RENAMED_IN_7_0: &[(&str, &str)] = &[
 /// Keys that make a node send cluster-bus extensions.
 const BUS_EXTENSION_KEYS: &[&str] = &["cluster-announce-hostname", "cluster-announce-human-nodename"];
 
-/// Releases are ordered Redis < Valkey (Valkey forked from Redis 7.2).
-fn at_least(entry: &CatalogEntry, engine: Engine, version: &str) -> bool {
-    let since = slotkeeper_api::catalog::Version::parse(version).expect("table versions are semver");
-    let own = entry.release();
-    match (own.engine, engine) {
-        (Engine::Valkey, Engine::Redis) => true,
-        (Engine::Redis, Engine::Valkey) => false,
-        _ => own.version >= since,
-    }
+/// Whether `entry` runs Redis 7.0 or later (Valkey forked from Redis 7.2).
+fn renamed_keys_known(entry: &CatalogEntry) -> bool {
+    let release = entry.release();
+    release.engine == Engine::Valkey || release.version.major >= 7
 }
 
 /// The configuration lines for `entry`, given every release the cluster's
-/// nodes may run now (`in_use`); `Err` names a key `entry` cannot take.
+/// nodes may run now (`in_use`); `Err` names the key that is not allowed, has
+/// a bad value, or that `entry` cannot take. The allow-list is checked here
+/// again because objects admitted before the CRD's rules existed still come in.
 pub fn user_lines(
     config: &std::collections::BTreeMap<String, String>,
     entry: &CatalogEntry,
     in_use: &[&CatalogEntry],
 ) -> Result<Vec<String>, String> {
+    redis_config::validate(config).map_err(|e| e.to_string())?;
     let all_speak_extensions = in_use.iter().all(|e| e.bus_extensions);
     let mut lines = Vec::new();
     for (key, value) in config {
+        let setting =
+            redis_config::setting(key).ok_or_else(|| ConfigError::KeyNotAllowed { key: key.clone() }.to_string())?;
         if BUS_EXTENSION_KEYS.contains(&key.as_str()) && !all_speak_extensions {
             // Kept off until no node without bus extensions is left.
             continue;
         }
-        if let Some(&(_, engine, since)) = INTRODUCED.iter().find(|(k, ..)| k == key)
-            && !at_least(entry, engine, since)
-        {
-            return Err(format!(
-                "spec.redis.config.{key}: {} does not know it (it appeared in {engine} {since}); remove it until every node runs a release that does",
-                entry.release()
-            ));
-        }
+        redis_config::known_by(setting, entry).map_err(|e| e.to_string())?;
         let name = match RENAMED_IN_7_0.iter().find(|(new, _)| new == key) {
-            Some((_, old)) if !at_least(entry, Engine::Redis, "7.0.0") => old,
+            Some((_, old)) if !renamed_keys_known(entry) => old,
             _ => key.as_str(),
         };
-        lines.push(format!("{name} {value}"));
+        lines.extend(redis_config::render(name, setting.shape, value));
     }
     Ok(lines)
 }
@@ -114,6 +89,15 @@ mod tests {
         let r62 = lookup(Engine::Redis, "6.2.14").unwrap();
         let error = user_lines(&config(&[("latency-tracking", "yes")]), r62, &[r62]).unwrap_err();
         assert!(error.starts_with("spec.redis.config.latency-tracking: redis 6.2.14 does not know it"), "{error}");
+    }
+
+    #[test]
+    fn an_injected_directive_never_reaches_the_file() {
+        let r70 = lookup(Engine::Redis, "7.0.15").unwrap();
+        for (key, value) in [("REQUIREPASS", ""), ("maxmemory-policy", "noeviction\nuser evil on +@all")] {
+            let error = user_lines(&config(&[(key, value)]), r70, &[r70]).unwrap_err();
+            assert!(error.starts_with(&format!("spec.redis.config.{key}: ")), "{error}");
+        }
     }
 
     #[test]

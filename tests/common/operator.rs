@@ -51,7 +51,9 @@ pub fn start_operator_with(env: &Environment, instance: &str, vars: &[(&str, &st
 /// Namespace and RBAC from deploy/ and an operator replica acting as the
 /// `slotkeeper` ServiceAccount, whatever CRDs are installed.
 pub fn spawn_operator(env: &Environment, instance: &str, vars: &[(&str, &str)]) -> Operator {
-    for manifest in ["deploy/00-namespace.yaml", "deploy/rbac.yaml", "deploy/console-rbac.yaml"] {
+    for manifest in
+        ["deploy/00-namespace.yaml", "deploy/rbac.yaml", "deploy/console-rbac.yaml", "deploy/admission.yaml"]
+    {
         let path = slotkeeper_env::tools::repo_root().join(manifest);
         let (ok, out) = kubectl(env, &["apply", "-f", path.to_str().unwrap()], None);
         assert!(ok, "{manifest}: {out}");

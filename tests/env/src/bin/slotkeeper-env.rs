@@ -111,7 +111,9 @@ fn start_operator(env: &Environment, webhook_port: u16, operator_yaml: &str) -> 
     let crds = slotkeeper_env::crds::with_webhook_url(&root, &webhook_url)?;
     let (ok, out) = env.kubectl(&["apply", "--server-side", "-f", "-"], Some(&crds));
     anyhow::ensure!(ok, "kubectl apply -f deploy/crds: {out}");
-    for manifest in ["deploy/00-namespace.yaml", "deploy/rbac.yaml", "deploy/console-rbac.yaml"] {
+    for manifest in
+        ["deploy/00-namespace.yaml", "deploy/rbac.yaml", "deploy/console-rbac.yaml", "deploy/admission.yaml"]
+    {
         let (ok, out) = env.kubectl(&["apply", "--server-side", "-f", root.join(manifest).to_str().unwrap()], None);
         anyhow::ensure!(ok, "kubectl apply -f {manifest}: {out}");
     }
