@@ -109,6 +109,8 @@ pub(crate) mod server {
             expect_context::<ResponseOptions>()
                 .append_header(SET_COOKIE, set_cookie(FLASH_COOKIE, &sealed, 60, request.secure));
         }
+        // A target that is no valid header value would make the redirect panic.
+        let to = if http::HeaderValue::from_str(to).is_ok() { to } else { paths::CLUSTERS };
         leptos_axum::redirect(to);
     }
 
@@ -345,9 +347,13 @@ pub(crate) mod server {
     }
 
     /// Where to go after signing in: a path of ours, never another site.
+    /// Only visible ASCII is kept as it is: browsers drop tabs and newlines
+    /// from a Location (so `/\t/evil` is read as `//evil`), and a control
+    /// byte cannot be sent in a header at all.
     pub fn safe_next(next: Option<&str>) -> String {
+        let visible = |path: &str| path.bytes().all(|b| b.is_ascii_graphic() && b != b'\\');
         match next {
-            Some(path) if path.starts_with('/') && !path.starts_with("//") && !path.contains('\\') => path.to_owned(),
+            Some(path) if path.starts_with('/') && !path.starts_with("//") && visible(path) => path.to_owned(),
             _ => paths::CLUSTERS.to_owned(),
         }
     }
@@ -415,6 +421,17 @@ pub(crate) mod server {
             assert_eq!(safe_next(Some("https://evil.example")), "/");
             assert_eq!(safe_next(Some("/\\evil")), "/");
             assert_eq!(safe_next(None), "/");
+            // Security review finding 8: read as //example.org/ by URL parsing, and a header-breaking byte.
+            assert_eq!(safe_next(Some("/\t/example.org/")), "/");
+            assert_eq!(safe_next(Some("/\n/example.org/")), "/");
+            assert_eq!(safe_next(Some("/\n")), "/");
+            assert_eq!(safe_next(Some("/ /x")), "/");
+            assert_eq!(safe_next(Some("/clusters?x=é")), "/");
+            proptest::proptest!(|(next in proptest::prelude::any::<String>())| {
+                let to = safe_next(Some(&next));
+                proptest::prop_assert!(http::HeaderValue::from_str(&to).is_ok());
+                proptest::prop_assert!(to.starts_with('/') && !to.starts_with("//") && !to.starts_with("/\\"));
+            });
         }
 
         #[test]
