@@ -90,3 +90,35 @@ async fn a_review_of_a_large_list_is_answered() {
     assert_eq!(status, StatusCode::OK);
     assert_eq!(json["response"]["convertedObjects"].as_array().unwrap().len(), 5000);
 }
+
+/// Security review finding 5: a body over the limit is refused unread.
+#[tokio::test]
+async fn a_review_over_the_limit_is_refused() {
+    let metrics = Arc::new(Metrics::default());
+    let mut objects = Vec::new();
+    let mut size = 0;
+    while size <= MAX_REVIEW_BYTES {
+        let mut object = old_cluster(&format!("c{}", objects.len()));
+        object["metadata"]["annotations"] = serde_json::json!({ "pad": "x".repeat(64 * 1024) });
+        size += object.to_string().len();
+        objects.push(object);
+    }
+    let (status, _) = post_review(&metrics, review(objects, &RedisCluster::api_version(&()))).await;
+    assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE);
+}
+
+/// At most MAX_REVIEWS_IN_FLIGHT reviews are read and converted at once.
+#[tokio::test]
+async fn reviews_wait_for_a_turn() {
+    let turns = Arc::new(Semaphore::new(MAX_REVIEWS_IN_FLIGHT));
+    let held: Vec<_> = (0..MAX_REVIEWS_IN_FLIGHT).map(|_| turns.clone().try_acquire_owned().unwrap()).collect();
+    let app = Router::new()
+        .route(PATH, post(|| async { "converted" }))
+        .layer(middleware::from_fn_with_state(turns.clone(), one_at_a_turn));
+    let request = || axum::http::Request::post(PATH).body(Body::empty()).unwrap();
+    let waiting = tokio::time::timeout(std::time::Duration::from_millis(200), app.clone().oneshot(request())).await;
+    assert!(waiting.is_err(), "a review ran while every turn was taken");
+    drop(held);
+    let response = app.oneshot(request()).await.unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+}
