@@ -12,6 +12,13 @@ use k8s_openapi::jiff::Timestamp;
 const PER_OBJECT: usize = 50;
 /// Objects kept in all; the ones with the oldest news go first.
 const OBJECTS: usize = 20_000;
+/// Bytes of event text kept in all (every replica holds this log, whoever
+/// files the Events): past it, the objects with the oldest news go first.
+pub const BUDGET_BYTES: usize = 8 * 1024 * 1024;
+/// The longest message kept; a longer one is cut at a character boundary.
+pub const MAX_MESSAGE_BYTES: usize = 1024;
+/// The longest name, kind, reason or reporter kept (a DNS subdomain's length).
+const MAX_FIELD_BYTES: usize = 253;
 
 pub const KIND_CLUSTER: &str = "RedisCluster";
 pub const KIND_OPERATION: &str = "RedisOperation";
@@ -52,23 +59,48 @@ impl EventView {
             .filter(|c| !c.is_empty())
             .or_else(|| event.source.as_ref().and_then(|s| s.component.clone()))
             .unwrap_or_default();
+        // An Event is about an object of its own namespace: anyone who may
+        // create Events in one namespace must not write on another's page.
+        let namespace = event.metadata.namespace.clone()?;
+        if involved.namespace.as_ref().is_some_and(|ns| *ns != namespace) {
+            return None;
+        }
+        let field = |value: Option<&String>| truncated(value.map_or("", String::as_str), MAX_FIELD_BYTES);
         Some(Self {
-            uid: event.metadata.uid.clone()?,
-            namespace: involved.namespace.clone().or(event.metadata.namespace.clone())?,
-            kind: involved.kind.clone()?,
-            name: involved.name.clone()?,
-            type_: event.type_.clone().unwrap_or_else(|| "Normal".into()),
-            reason: event.reason.clone().unwrap_or_default(),
-            message: event.message.clone().unwrap_or_default(),
+            uid: truncated(event.metadata.uid.as_deref()?, MAX_FIELD_BYTES),
+            namespace,
+            kind: field(Some(involved.kind.as_ref()?)),
+            name: field(Some(involved.name.as_ref()?)),
+            type_: if event.type_.as_deref() == Some("Warning") { "Warning" } else { "Normal" }.into(),
+            reason: field(event.reason.as_ref()),
+            message: truncated(event.message.as_deref().unwrap_or_default(), MAX_MESSAGE_BYTES),
             count,
             last_seen,
-            reporter,
+            reporter: truncated(&reporter, MAX_FIELD_BYTES),
         })
+    }
+
+    /// About how many bytes this view holds.
+    fn size(&self) -> usize {
+        let text = [&self.uid, &self.namespace, &self.kind, &self.name, &self.type_, &self.reason, &self.message];
+        std::mem::size_of::<Self>() + text.iter().map(|s| s.len()).sum::<usize>() + self.reporter.len()
     }
 
     fn key(&self) -> ObjectKey {
         (self.namespace.clone(), self.kind.clone(), self.name.clone())
     }
+}
+
+/// `text` cut to at most `max` bytes at a character boundary, marked with `…` when cut.
+fn truncated(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_owned();
+    }
+    let mut end = max - '…'.len_utf8();
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &text[..end])
 }
 
 /// The cluster a Pod belongs to, by the operator's naming
@@ -87,38 +119,85 @@ type ObjectKey = (String, String, String);
 
 #[derive(Default)]
 pub struct EventLog {
-    objects: RwLock<HashMap<ObjectKey, Vec<EventView>>>,
+    inner: RwLock<Log>,
+}
+
+#[derive(Default)]
+struct Log {
+    objects: HashMap<ObjectKey, Vec<EventView>>,
+    /// The sum of every kept view's size.
+    bytes: usize,
+}
+
+impl Log {
+    fn remove_object(&mut self, key: &ObjectKey) {
+        if let Some(events) = self.objects.remove(key) {
+            self.bytes -= events.iter().map(EventView::size).sum::<usize>();
+        }
+    }
+
+    /// The object whose newest event is the oldest, other than `keep`.
+    fn stalest_except(&self, keep: &ObjectKey) -> Option<ObjectKey> {
+        let others = self.objects.iter().filter(|(k, _)| *k != keep);
+        others.min_by_key(|(_, events)| events.last().and_then(|e| e.last_seen)).map(|(k, _)| k.clone())
+    }
+
+    /// Removes the event `uid` of object `key`, if kept; the bytes it held.
+    fn remove_event(&mut self, key: &ObjectKey, uid: &str) -> usize {
+        let Some(list) = self.objects.get_mut(key) else { return 0 };
+        let Some(at) = list.iter().position(|e| e.uid == uid) else { return 0 };
+        let freed = list.remove(at).size();
+        self.bytes -= freed;
+        freed
+    }
 }
 
 impl EventLog {
     /// Adds or updates an event (a repeated event keeps its uid).
     pub fn apply(&self, event: EventView) {
-        let mut objects = self.objects.write().expect("event log lock");
-        if objects.len() >= OBJECTS && !objects.contains_key(&event.key()) {
-            evict_stalest(&mut objects);
+        let mut log = self.inner.write().expect("event log lock");
+        let key = event.key();
+        if log.objects.len() >= OBJECTS
+            && !log.objects.contains_key(&key)
+            && let Some(stalest) = log.stalest_except(&key)
+        {
+            log.remove_object(&stalest);
         }
-        let list = objects.entry(event.key()).or_default();
-        list.retain(|e| e.uid != event.uid);
+        log.remove_event(&key, &event.uid);
+        log.bytes += event.size();
+        let list = log.objects.entry(key.clone()).or_default();
         list.push(event);
         list.sort_by_key(|e| e.last_seen);
-        if list.len() > PER_OBJECT {
-            list.drain(..list.len() - PER_OBJECT);
+        let dropped: usize = list.drain(..list.len().saturating_sub(PER_OBJECT)).map(|e| e.size()).sum();
+        log.bytes -= dropped;
+        // Over the budget, other objects go, the stalest first.
+        while log.bytes > BUDGET_BYTES {
+            let Some(stalest) = log.stalest_except(&key) else { break };
+            log.remove_object(&stalest);
         }
     }
 
     pub fn delete(&self, event: &EventView) {
-        let mut objects = self.objects.write().expect("event log lock");
-        if let Some(list) = objects.get_mut(&event.key()) {
-            list.retain(|e| e.uid != event.uid);
-            if list.is_empty() {
-                objects.remove(&event.key());
-            }
+        let mut log = self.inner.write().expect("event log lock");
+        let key = event.key();
+        log.remove_event(&key, &event.uid);
+        if log.objects.get(&key).is_some_and(Vec::is_empty) {
+            log.objects.remove(&key);
         }
+    }
+
+    /// Bytes held now (at most [`BUDGET_BYTES`] plus one object's events).
+    pub fn bytes(&self) -> usize {
+        self.inner.read().expect("event log lock").bytes
     }
 
     /// Replaces everything of the given kind (after a watch re-listed).
     pub fn replace_kind(&self, kind: &str, events: Vec<EventView>) {
-        self.objects.write().expect("event log lock").retain(|(_, k, _), _| k != kind);
+        {
+            let mut log = self.inner.write().expect("event log lock");
+            let gone: Vec<ObjectKey> = log.objects.keys().filter(|(_, k, _)| k == kind).cloned().collect();
+            gone.iter().for_each(|key| log.remove_object(key));
+        }
         for event in events {
             self.apply(event);
         }
@@ -127,8 +206,9 @@ impl EventLog {
     /// The events of cluster `name` in `namespace`, its Pods and the given
     /// operations, newest first, at most `limit`.
     pub fn for_cluster(&self, namespace: &str, name: &str, operations: &[String], limit: usize) -> Vec<EventView> {
-        let objects = self.objects.read().expect("event log lock");
-        let mut found: Vec<EventView> = objects
+        let log = self.inner.read().expect("event log lock");
+        let mut found: Vec<EventView> = log
+            .objects
             .iter()
             .filter(|((ns, kind, object), _)| {
                 ns == namespace
@@ -144,14 +224,6 @@ impl EventLog {
         found.sort_by(|a, b| b.last_seen.cmp(&a.last_seen).then_with(|| a.uid.cmp(&b.uid)));
         found.truncate(limit);
         found
-    }
-}
-
-fn evict_stalest(objects: &mut HashMap<ObjectKey, Vec<EventView>>) {
-    let stalest =
-        objects.iter().min_by_key(|(_, events)| events.last().and_then(|e| e.last_seen)).map(|(k, _)| k.clone());
-    if let Some(key) = stalest {
-        objects.remove(&key);
     }
 }
 
@@ -215,5 +287,41 @@ mod tests {
         assert_eq!(events[0].uid, format!("n{}", PER_OBJECT + 9), "the newest survive");
         log.delete(&events[0]);
         assert_eq!(log.for_cluster("apps", "cache", &[], 1000).len(), PER_OBJECT - 1);
+    }
+
+    fn k8s_event(namespace: &str, involved_namespace: &str, message: String) -> Event {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "e", "namespace": namespace, "uid": format!("{namespace}-{}", message.len())},
+            "involvedObject": {"kind": KIND_CLUSTER, "name": "cache", "namespace": involved_namespace},
+            "reason": "Flood", "message": message, "type": "Warning",
+        }))
+        .unwrap()
+    }
+
+    /// Security review finding 4: an Event filed under another namespace's cluster.
+    #[test]
+    fn an_event_about_another_namespaces_object_is_dropped() {
+        assert!(EventView::of(&k8s_event("tenant", "payments", "hello".into())).is_none());
+        let own = EventView::of(&k8s_event("payments", "payments", "hello".into())).unwrap();
+        assert_eq!((own.namespace.as_str(), own.name.as_str()), ("payments", "cache"));
+    }
+
+    #[test]
+    fn messages_are_cut_and_the_log_holds_its_budget_under_a_flood() {
+        let view = EventView::of(&k8s_event("apps", "apps", "é".repeat(1024 * 1024))).unwrap();
+        assert!(view.message.len() <= MAX_MESSAGE_BYTES && view.message.ends_with('…'), "{}", view.message.len());
+        let log = EventLog::default();
+        let (mut flood, mut count) = (0, 0);
+        while flood < 4 * BUDGET_BYTES {
+            let mut event = event(&format!("f{count}"), KIND_CLUSTER, &format!("c{count}"), 1000 + count);
+            event.message = "x".repeat(MAX_MESSAGE_BYTES);
+            flood += event.size();
+            count += 1;
+            log.apply(event);
+            assert!(log.bytes() <= BUDGET_BYTES, "{} bytes after {count} events", log.bytes());
+        }
+        // The newest news is kept, the oldest went.
+        assert_eq!(log.for_cluster("apps", &format!("c{}", count - 1), &[], 1).len(), 1);
+        assert!(log.for_cluster("apps", "c0", &[], 1).is_empty());
     }
 }

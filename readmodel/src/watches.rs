@@ -108,11 +108,12 @@ async fn watch_events(api: Api<Event>, kind: &'static str, inner: Arc<Inner>) {
             Ok(Watched::Init) => relisted.clear(),
             Ok(Watched::InitApply(event)) => relisted.extend(relevant(&event, kind)),
             Ok(Watched::InitDone) => {
+                relisted.retain(|view| managed(&inner, &view.namespace));
                 inner.events.replace_kind(kind, std::mem::take(&mut relisted));
                 inner.notify(Change::Everything);
             }
             Ok(Watched::Apply(event)) => {
-                if let Some(view) = relevant(&event, kind) {
+                if let Some(view) = relevant(&event, kind).filter(|v| managed(&inner, &v.namespace)) {
                     let key = cluster_of(&inner, &view);
                     inner.events.apply(view);
                     if let Some(key) = key {
@@ -128,6 +129,12 @@ async fn watch_events(api: Api<Event>, kind: &'static str, inner: Arc<Inner>) {
             Err(error) => tracing::warn!(%error, kind, "read model: Event watch failed; retrying"),
         }
     }
+}
+
+/// Whether a RedisCluster lives in `namespace` (or the clusters are not
+/// listed yet): Events anyone files in other namespaces are not kept.
+fn managed(inner: &Inner, namespace: &str) -> bool {
+    !*inner.synced.borrow() || inner.clusters.state().iter().any(|c| c.namespace().as_deref() == Some(namespace))
 }
 
 /// Events of Pods count only for Pods named as the operator names them.
