@@ -28,6 +28,10 @@ pub const DATA_DIR: &str = "/data";
 pub const DATA_CLAIM: &str = "data";
 const CONFIG_DIR: &str = "/etc/redis";
 const AUTH_DIR: &str = "/etc/redis-auth";
+/// Scratch space: the root file system is read-only.
+const TMP_DIR: &str = "/tmp";
+/// The user and group Redis runs as: the official redis and valkey images' `redis` (999).
+pub const REDIS_UID: i64 = 999;
 /// Milliseconds a node may be unreachable before its peers fail it over.
 pub const CLUSTER_NODE_TIMEOUT_MS: u32 = 5000;
 
@@ -163,7 +167,8 @@ pub fn redis_conf(cluster: &RedisCluster, entry: &CatalogEntry, in_use: &[&Catal
 
 /// auth.conf, kept in a Secret: the password for clients and for replication.
 pub fn auth_conf(password: &str) -> String {
-    let quoted = format!("\"{}\"", password.replace('\\', "\\\\").replace('"', "\\\""));
+    // Any byte of a user's password is escaped: a newline in it must not end the directive.
+    let quoted = slotkeeper_api::redis_config::quote_token(password);
     format!("requirepass {quoted}\nmasterauth {quoted}\n")
 }
 
@@ -255,6 +260,7 @@ pub fn stateful_set(cluster: &RedisCluster, shard: usize, shape: &ShardShape) ->
     if cluster.spec.storage.is_none() {
         volumes.push(json!({ "name": "data", "emptyDir": {} }));
     }
+    volumes.push(json!({ "name": "tmp", "emptyDir": { "sizeLimit": "64Mi" } }));
     let container = json!({
         "name": "redis",
         "image": shape.image,
@@ -269,7 +275,15 @@ pub fn stateful_set(cluster: &RedisCluster, shard: usize, shape: &ShardShape) ->
             { "name": "config", "mountPath": CONFIG_DIR, "readOnly": true },
             { "name": "auth", "mountPath": AUTH_DIR, "readOnly": true },
             { "name": "data", "mountPath": DATA_DIR },
+            { "name": "tmp", "mountPath": TMP_DIR },
         ],
+        // Pod Security `restricted`, and a read-only root: Redis writes only its data and scratch volumes.
+        "securityContext": {
+            "runAsNonRoot": true,
+            "allowPrivilegeEscalation": false,
+            "readOnlyRootFilesystem": true,
+            "capabilities": { "drop": ["ALL"] },
+        },
     });
     let mut pod_spec = json!({
         "containers": [container],
@@ -277,6 +291,13 @@ pub fn stateful_set(cluster: &RedisCluster, shard: usize, shape: &ShardShape) ->
         "affinity": affinity,
         "terminationGracePeriodSeconds": 30,
         "automountServiceAccountToken": false,
+        "securityContext": {
+            "runAsNonRoot": true,
+            "runAsUser": REDIS_UID,
+            "runAsGroup": REDIS_UID,
+            "fsGroup": REDIS_UID,
+            "seccompProfile": { "type": "RuntimeDefault" },
+        },
     });
     if !scheduling.tolerations.is_empty() {
         pod_spec["tolerations"] = serde_json::to_value(&scheduling.tolerations).expect("serializable");
@@ -330,7 +351,7 @@ pub fn disruption_budget(cluster: &RedisCluster) -> Value {
     })
 }
 
-/// Clients from the namespace and the operator may reach the client port; the
+/// Clients from the namespace and the operator's Pods may reach the client port; the
 /// cluster bus is open only between this cluster's own Pods.
 pub fn network_policy(cluster: &RedisCluster) -> Value {
     let own = json!({ "podSelector": { "matchLabels": { LABEL_CLUSTER: cluster.name_any() } } });
@@ -343,7 +364,12 @@ pub fn network_policy(cluster: &RedisCluster) -> Value {
             "ingress": [
                 { "ports": [{ "port": REDIS_PORT }], "from": [
                     { "podSelector": {} },
-                    { "namespaceSelector": { "matchLabels": { "slotkeeper.io/operator": "true" } } },
+                    // The operator's own Pods, by a label only the apiserver sets on a
+                    // namespace: any tenant could put a label of ours on theirs.
+                    {
+                        "namespaceSelector": { "matchLabels": { LABEL_NAMESPACE_NAME: OPERATOR_NAMESPACE } },
+                        "podSelector": { "matchLabels": { LABEL_NAME: OPERATOR_APP } },
+                    },
                 ]},
                 { "ports": [{ "port": BUS_PORT }], "from": [own] },
             ],

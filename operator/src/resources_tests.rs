@@ -83,6 +83,8 @@ fn config_puts_operator_keys_first_and_derives_maxmemory() {
 #[test]
 fn auth_conf_quotes_the_password() {
     assert_eq!(auth_conf("pa\"ss"), "requirepass \"pa\\\"ss\"\nmasterauth \"pa\\\"ss\"\n");
+    // A newline in a user's password must not end the line and start a directive.
+    assert_eq!(auth_conf("pw\nuser x"), "requirepass \"pw\\x0auser x\"\nmasterauth \"pw\\x0auser x\"\n");
 }
 
 #[test]
@@ -131,4 +133,20 @@ fn hashes_change_only_with_content() {
     assert_eq!(a, b);
     let d = cluster(json!({"masters": 3, "redis": {"version": "7.0.15", "config": {"hz": "20"}}}));
     assert_ne!(a, with_hash(config_map(&d, &[r70()])).1);
+}
+
+/// Security review finding 9: a tenant labels its own namespace
+/// `slotkeeper.io/operator=true`; that must not admit its Pods to Redis.
+#[test]
+fn redis_admits_the_operator_by_namespace_name_and_pod_label_only() {
+    let policy = network_policy(&cluster(json!({"masters": 3, "redis": {"version": "7.0.15"}})));
+    let peers = policy["spec"]["ingress"][0]["from"].as_array().unwrap();
+    let outside: Vec<&Value> = peers.iter().filter(|p| p.get("namespaceSelector").is_some()).collect();
+    assert_eq!(outside.len(), 1, "{peers:?}");
+    assert_eq!(
+        outside[0]["namespaceSelector"],
+        json!({"matchLabels": {"kubernetes.io/metadata.name": "slotkeeper-system"}})
+    );
+    assert_eq!(outside[0]["podSelector"], json!({"matchLabels": {"app.kubernetes.io/name": "slotkeeper"}}));
+    assert!(!policy.to_string().contains("slotkeeper.io/operator"));
 }

@@ -265,11 +265,26 @@ impl Caches {
         })
     }
 
+    /// The cluster's Pods: labelled as its own and controlled by one of the
+    /// StatefulSets the cluster controls (by uid). A look-alike Pod with the
+    /// labels alone, which anyone who may create Pods can make, is never
+    /// observed, so it is never sent the password.
     pub fn pods_of(&self, namespace: &str, cluster: &str) -> Vec<std::sync::Arc<Pod>> {
+        let sets: std::collections::HashSet<String> = self
+            .stateful_sets
+            .state()
+            .iter()
+            .filter(|set| {
+                set.metadata.namespace.as_deref() == Some(namespace)
+                    && controlled_by(&set.metadata, RedisCluster::kind(&()).as_ref(), cluster)
+            })
+            .filter_map(|set| set.metadata.uid.clone())
+            .collect();
         self.pods.state_filter(|p| {
             p.metadata.namespace.as_deref() == Some(namespace)
                 && p.metadata.deletion_timestamp.is_none()
                 && p.metadata.labels.as_ref().and_then(|l| l.get(LABEL_CLUSTER)).map(String::as_str) == Some(cluster)
+                && controller_uid(&p.metadata).is_some_and(|uid| sets.contains(uid))
         })
     }
 
@@ -277,6 +292,18 @@ impl Caches {
     pub fn owned_secret(&self, namespace: &str, name: &str) -> Option<std::sync::Arc<Secret>> {
         self.secrets.get(&ObjectRef::new(name).within(namespace))
     }
+}
+
+/// The uid of the object's controller, if it has one.
+fn controller_uid(meta: &kube::api::ObjectMeta) -> Option<&str> {
+    let owners = meta.owner_references.as_deref()?;
+    owners.iter().find(|o| o.controller == Some(true)).map(|o| o.uid.as_str())
+}
+
+/// Whether the object's controller is the `kind` named `name`.
+fn controlled_by(meta: &kube::api::ObjectMeta, kind: &str, name: &str) -> bool {
+    let owners = meta.owner_references.as_deref().unwrap_or_default();
+    owners.iter().any(|o| o.controller == Some(true) && o.kind == kind && o.name == name)
 }
 
 /// The cluster an object belongs to, by its cluster label.
