@@ -37,7 +37,7 @@ fn binary_version(path: &str) -> String {
 async fn statefulset_of_redis_becomes_ready_and_keeps_data_across_pod_recreation() {
     let env = shared_env();
     let client = env.client().await.unwrap();
-    let ns = namespace(&client, "sts-redis").await;
+    let ns = namespace_with_pod_security(&client, "sts-redis", "baseline").await;
     let sets: Api<StatefulSet> = Api::namespaced(client.clone(), &ns);
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
     let set: StatefulSet = serde_json::from_value(json!({
@@ -100,7 +100,7 @@ async fn statefulset_of_redis_becomes_ready_and_keeps_data_across_pod_recreation
 async fn redis_6_2_pod_reports_its_version() {
     let env = shared_env();
     let client = env.client().await.unwrap();
-    let ns = namespace(&client, "redis-62").await;
+    let ns = namespace_with_pod_security(&client, "redis-62", "baseline").await;
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
     let mut container = redis_container("redis:6.2.14");
     container["volumeMounts"] = json!([{"name": "data", "mountPath": "/data"}]);
@@ -126,7 +126,7 @@ async fn redis_6_2_pod_reports_its_version() {
 async fn unknown_image_cannot_be_pulled() {
     let env = shared_env();
     let client = env.client().await.unwrap();
-    let ns = namespace(&client, "bad-image").await;
+    let ns = namespace_with_pod_security(&client, "bad-image", "baseline").await;
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
     let pod: Pod = serde_json::from_value(json!({
         "metadata": {"name": "nginx"},
@@ -148,7 +148,7 @@ async fn unknown_image_cannot_be_pulled() {
 async fn rbac_denies_a_user_without_rights_until_bound() {
     let env = shared_env();
     let admin = env.client().await.unwrap();
-    let ns = namespace(&admin, "rbac").await;
+    let ns = namespace_with_pod_security(&admin, "rbac", "baseline").await;
     let alice = env.client_as("alice").await.unwrap();
     let pod: Pod = serde_json::from_value(json!({
         "metadata": {"name": "by-alice"},
@@ -196,7 +196,7 @@ async fn rbac_denies_a_user_without_rights_until_bound() {
 async fn crashed_container_restarts_and_becomes_ready_again() {
     let env = shared_env();
     let client = env.client().await.unwrap();
-    let ns = namespace(&client, "crash").await;
+    let ns = namespace_with_pod_security(&client, "crash", "baseline").await;
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
     let mut container = redis_container("redis:7.0.15");
     container["volumeMounts"] = json!([{"name": "data", "mountPath": "/data"}]);
@@ -227,7 +227,7 @@ async fn crashed_container_restarts_and_becomes_ready_again() {
 async fn deleting_a_pod_sends_sigterm_and_removes_the_object() {
     let env = shared_env();
     let client = env.client().await.unwrap();
-    let ns = namespace(&client, "graceful").await;
+    let ns = namespace_with_pod_security(&client, "graceful", "baseline").await;
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
     let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &ns);
     claims
@@ -281,7 +281,7 @@ async fn deleting_a_pod_sends_sigterm_and_removes_the_object() {
 async fn pod_gets_env_from_secrets_config_maps_and_fields_and_private_volume_mounts() {
     let env = shared_env();
     let client = env.client().await.unwrap();
-    let ns = namespace(&client, "config").await;
+    let ns = namespace_with_pod_security(&client, "config", "baseline").await;
     let redis_conf = "maxmemory 10mb\nmaxmemory-policy allkeys-lru\n";
     let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(client.clone(), &ns);
     secrets

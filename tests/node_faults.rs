@@ -23,7 +23,7 @@ fn alive(pid: u32) -> bool {
 async fn stopped_node_goes_not_ready_and_the_environment_leaves_no_process() {
     let env = Environment::start(EnvironmentOptions::default()).await.expect("environment starts");
     let client = env.client().await.unwrap();
-    let ns = namespace(&client, "node-stop").await;
+    let ns = namespace_with_pod_security(&client, "node-stop", "baseline").await;
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
     let pod: Pod = serde_json::from_value(serde_json::json!({
         "metadata": {"name": "pinned"},

@@ -47,6 +47,17 @@ async fn example_cluster_bootstraps_serves_keys_and_spreads_replicas() {
     assert!(check.contains("[OK] All 16384 slots covered."), "{check}");
     assert!(!check.contains("[WARNING]") && !check.contains("[ERR]"), "{check}");
 
+    // The namespace enforces Pod Security `restricted` (the apiserver refuses
+    // a root Pod there), and the operator's Pods pass it: every redis-server
+    // runs as its own non-root user on a read-only root file system.
+    let (ok, out) = kubectl(env, &["-n", &ns, "run", "rooted", "--image=busybox:1.36", "--", "sleep", "60"], None);
+    assert!(!ok && out.contains("violates PodSecurity \"restricted:latest\""), "{out}");
+    for pod in &pods {
+        let (uid, root) = redis_process_confinement(&pod_ip(pod), &password).await;
+        assert_eq!(uid, "999", "{} runs redis-server as uid {uid}", pod.metadata.name.as_deref().unwrap());
+        assert!(root.split(',').any(|o| o == "ro"), "{}: / is mounted {root}", pod.metadata.name.as_deref().unwrap());
+    }
+
     // Each master's replica runs on another Kubernetes Node.
     for node in &status.nodes {
         if node.role.as_deref() == Some("replica") {
@@ -137,4 +148,30 @@ async fn redis_6_2_cluster_forms_and_reports_its_version() {
     let password = password(&client, &ns, "legacy").await;
     let check = redis_cli_check(status.nodes[0].ip.as_deref().unwrap(), &password);
     assert!(check.contains("[OK] All 16384 slots covered."), "{check}");
+}
+
+/// The effective uid of the redis-server behind `ip` and the mount options of
+/// the root file system it sees, read from /proc (Pods are local processes).
+async fn redis_process_confinement(ip: &str, password: &str) -> (String, String) {
+    let mut node = redis::Client::open(format!("redis://:{password}@{ip}:6379/"))
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let info: String = redis::cmd("INFO").arg("server").query_async(&mut node).await.unwrap();
+    let pid = info.lines().find_map(|l| l.strip_prefix("process_id:")).expect("INFO server has process_id").trim();
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let uid =
+        status.lines().find_map(|l| l.strip_prefix("Uid:")).unwrap().split_whitespace().nth(1).unwrap().to_owned();
+    let mounts = std::fs::read_to_string(format!("/proc/{pid}/mountinfo")).unwrap();
+    // mountinfo: id parent major:minor root mount-point options ...
+    let root = mounts
+        .lines()
+        .rev()
+        .find_map(|l| {
+            let fields: Vec<&str> = l.split(' ').collect();
+            (fields.get(4) == Some(&"/")).then(|| fields[5].to_owned())
+        })
+        .expect("a mount at /");
+    (uid, root)
 }

@@ -53,9 +53,23 @@ pub fn shared_env_with(extra_images: impl FnOnce() -> Vec<serde_json::Value>) ->
 }
 
 /// Creates a namespace for one test and waits for its `default` ServiceAccount.
+/// The Pod Security level every test namespace enforces unless a test of the
+/// node agent itself asks for another: the apiserver's own admission then
+/// checks every Pod the operator makes.
+pub const POD_SECURITY: &str = "restricted";
+
 pub async fn namespace(client: &Client, name: &str) -> String {
+    namespace_with_pod_security(client, name, POD_SECURITY).await
+}
+
+/// A namespace whose Pods are admitted at `level` (`restricted`, `baseline`,
+/// `privileged`) by the apiserver's Pod Security admission.
+pub async fn namespace_with_pod_security(client: &Client, name: &str, level: &str) -> String {
     let api: Api<Namespace> = Api::all(client.clone());
-    let ns: Namespace = serde_json::from_value(serde_json::json!({"metadata": {"name": name}})).unwrap();
+    let ns: Namespace = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": name, "labels": {"pod-security.kubernetes.io/enforce": level}}
+    }))
+    .unwrap();
     api.create(&PostParams::default(), &ns).await.unwrap_or_else(|e| panic!("create namespace {name}: {e}"));
     let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), name);
     wait_until(&format!("ServiceAccount {name}/default"), Duration::from_secs(30), || async {

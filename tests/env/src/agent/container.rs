@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 
-use super::spec::Mount;
+use super::spec::{Confinement, Mount};
 
 /// The base PATH behind a container's own image binaries.
 const SYSTEM_PATH: &str = "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin";
@@ -26,7 +26,14 @@ pub struct Launch {
     pub log_path: PathBuf,
     /// Set for an OCI image: the process's root and user.
     pub root: Option<RootFs>,
+    /// For the machine's own binaries (no `root`): the user and a read-only root.
+    pub confinement: Confinement,
 }
+
+/// Where a confined container finds its binaries: each is bound here, in a
+/// tmpfs of its mount namespace, so its user needs no way into the agent's
+/// directories (which may sit under a home directory closed to others).
+const CONFINED_BIN: &str = "/run/slotkeeper-bin";
 
 /// The root filesystem a container runs in, and as whom.
 #[derive(Debug, Clone, PartialEq)]
@@ -56,7 +63,24 @@ impl Launch {
     }
 
     fn path_env(&self) -> String {
-        format!("{}:{SYSTEM_PATH}", self.bin_dir.display())
+        match self.confinement.user {
+            Some(_) if self.root.is_none() => format!("{CONFINED_BIN}:{SYSTEM_PATH}"),
+            _ => format!("{}:{SYSTEM_PATH}", self.bin_dir.display()),
+        }
+    }
+
+    /// `setpriv` words that switch to the confined user (and set the
+    /// parent-death signal again: a change of user clears it).
+    fn become_user(&self) -> Option<String> {
+        let (uid, gid, groups) = self.confinement.user.as_ref().filter(|_| self.root.is_none())?;
+        let groups = if groups.is_empty() {
+            "--clear-groups".to_string()
+        } else {
+            format!("--groups={}", groups.iter().map(u32::to_string).collect::<Vec<_>>().join(","))
+        };
+        Some(format!(
+            "setpriv --reuid={uid} --regid={gid} {groups} --inh-caps=-all --bounding-set=-all --no-new-privs --pdeathsig KILL --"
+        ))
     }
 
     fn base_command(&self, program: &str) -> tokio::process::Command {
@@ -109,6 +133,7 @@ impl Launch {
             .args(self.root.is_some().then_some("--root"))
             .arg(format!("--wdns={}", self.working_dir.display()))
             .arg("--")
+            .args(self.become_user().iter().flat_map(|words| words.split(' ')))
             .args(argv)
             .stdout(log.try_clone()?)
             .stderr(log);
@@ -119,7 +144,25 @@ impl Launch {
     fn mount_script(&self) -> String {
         let mut script = String::from("set -e\n");
         script += &self.volume_mounts(Path::new("/"));
-        script += &format!("cd {}\nexec \"$@\"\n", quote(&self.working_dir));
+        let become_user = self.become_user();
+        if become_user.is_some() {
+            script += &format!("mkdir -p {CONFINED_BIN}\nmount -t tmpfs -o mode=0755 slotkeeper-bin {CONFINED_BIN}\n");
+            let mut binaries: Vec<_> = std::fs::read_dir(&self.bin_dir).into_iter().flatten().flatten().collect();
+            binaries.sort_by_key(|b| b.file_name());
+            for binary in binaries {
+                let target = Path::new(CONFINED_BIN).join(binary.file_name());
+                let source = std::fs::canonicalize(binary.path()).unwrap_or(binary.path());
+                script += &format!(": > {t}\nmount --bind {s} {t}\n", t = quote(&target), s = quote(&source));
+            }
+        }
+        if self.confinement.read_only_root {
+            script += "mount -o remount,bind,ro /\n";
+        }
+        script += &format!(
+            "cd {}\nexec {}\"$@\"\n",
+            quote(&self.working_dir),
+            become_user.map(|w| w + " ").unwrap_or_default()
+        );
         script
     }
 
@@ -203,6 +246,7 @@ mod tests {
             bin_dir: "/b".into(),
             log_path: "/l".into(),
             root: None,
+            confinement: Confinement::default(),
         };
         let script = launch.mount_script();
         let parent = script.find("mount --bind '/v/it'\\''s' '/etc/redis'\n").expect("parent mount");
@@ -222,6 +266,7 @@ mod tests {
             bin_dir: "/b".into(),
             log_path: "/l".into(),
             root: Some(RootFs { dir: "/r".into(), uid: 65532, gid: 65532, read_only: true }),
+            confinement: Confinement::default(),
         };
         let script = launch.rootfs_script(launch.root.as_ref().unwrap());
         let volume = script.find("mount --bind '/v/token' '/r/var/run/secrets'\n").expect("volume inside the root");
@@ -229,5 +274,27 @@ mod tests {
         let enter = script.find("--root '/r' --workdir '/' --uid 65532 --gid 65532 -- \"$@\"").expect("enter");
         assert!(volume < read_only && read_only < enter, "{script}");
         assert!(script.contains("mount --rbind /proc '/r/proc'"), "{script}");
+    }
+
+    #[test]
+    fn a_confined_container_runs_as_its_user_with_a_read_only_root_after_its_volumes() {
+        let launch = Launch {
+            argv: vec!["redis-server".into()],
+            env: vec![],
+            mounts: vec![Mount { source: "/v/data".into(), target: "/data".into(), read_only: false }],
+            working_dir: "/w".into(),
+            bin_dir: "/nonexistent-bin".into(),
+            log_path: "/l".into(),
+            root: None,
+            confinement: Confinement { user: Some((999, 999, vec![999])), read_only_root: true },
+        };
+        let script = launch.mount_script();
+        let volume = script.find("mount --bind '/v/data' '/data'\n").expect("volume");
+        let read_only = script.find("mount -o remount,bind,ro /\n").expect("read-only root");
+        let exec = script
+            .find("exec setpriv --reuid=999 --regid=999 --groups=999 --inh-caps=-all --bounding-set=-all --no-new-privs --pdeathsig KILL -- \"$@\"")
+            .expect("the user's exec");
+        assert!(volume < read_only && read_only < exec, "{script}");
+        assert!(launch.path_env().starts_with(CONFINED_BIN));
     }
 }

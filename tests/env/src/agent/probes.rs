@@ -200,6 +200,7 @@ mod tests {
                 bin_dir: "/".into(),
                 log_path: "/dev/null".into(),
                 root: None,
+                confinement: Default::default(),
             },
             pid: 0,
         };

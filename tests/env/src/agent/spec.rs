@@ -336,6 +336,76 @@ pub fn container_mounts(container: &Container, sources: &HashMap<String, PathBuf
         .collect()
 }
 
+/// How a container of the machine's own binaries (no image root) is confined,
+/// as a kubelet would from its securityContext and the Pod's.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Confinement {
+    /// uid, gid and supplementary groups (`fsGroup`, `supplementalGroups`);
+    /// `None` runs as the agent's user, as an image without USER runs as root.
+    pub user: Option<(u32, u32, Vec<u32>)>,
+    /// The machine's root file system is read-only to the process (its volumes are not).
+    pub read_only_root: bool,
+}
+
+pub fn host_confinement(pod: &Pod, container: &Container) -> Result<Confinement, PrepareError> {
+    let own = container.security_context.as_ref();
+    let pod_level = pod.spec.as_ref().and_then(|s| s.security_context.as_ref());
+    let uid = own.and_then(|c| c.run_as_user).or(pod_level.and_then(|p| p.run_as_user));
+    let gid = own.and_then(|c| c.run_as_group).or(pod_level.and_then(|p| p.run_as_group));
+    let non_root = own.and_then(|c| c.run_as_non_root).or(pod_level.and_then(|p| p.run_as_non_root));
+    if non_root == Some(true) && uid.unwrap_or(0) == 0 {
+        return Err(format!(
+            "container {} has runAsNonRoot and will run as root (set securityContext.runAsUser)",
+            container.name
+        ));
+    }
+    let id = |n: i64| u32::try_from(n).map_err(|_| format!("container {}: id {n} is out of range", container.name));
+    let user = match uid {
+        Some(uid) => {
+            let mut groups: Vec<u32> =
+                pod_level.and_then(|p| p.fs_group).into_iter().map(id).collect::<Result<_, _>>()?;
+            for group in pod_level.and_then(|p| p.supplemental_groups.clone()).unwrap_or_default() {
+                groups.push(id(group)?);
+            }
+            Some((id(uid)?, gid.map(id).transpose()?.unwrap_or(0), groups))
+        }
+        None => None,
+    };
+    let read_only_root = own.and_then(|c| c.read_only_root_filesystem).unwrap_or(false);
+    Ok(Confinement { user, read_only_root })
+}
+
+/// Gives every volume of the Pod to its `fsGroup`, as a kubelet does: group
+/// ownership, group read and write, and directories that keep the group.
+pub fn give_volumes_to_fs_group(pod: &Pod, sources: &HashMap<String, PathBuf>) -> Result<(), PrepareError> {
+    let Some(group) = pod.spec.as_ref().and_then(|s| s.security_context.as_ref()).and_then(|c| c.fs_group) else {
+        return Ok(());
+    };
+    let group = u32::try_from(group).map_err(|_| format!("fsGroup {group} is out of range"))?;
+    for source in sources.values() {
+        give_to_group(source, group).map_err(|e| format!("fsGroup {group} on {}: {e}", source.display()))?;
+    }
+    Ok(())
+}
+
+fn give_to_group(path: &Path, group: u32) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt as _;
+    let meta = std::fs::symlink_metadata(path)?;
+    if meta.file_type().is_symlink() {
+        return Ok(());
+    }
+    std::os::unix::fs::lchown(path, None, Some(group))?;
+    let mode = meta.permissions().mode();
+    let wanted = if meta.is_dir() { mode | 0o2070 } else { mode | 0o060 };
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(wanted))?;
+    if meta.is_dir() {
+        for entry in std::fs::read_dir(path)? {
+            give_to_group(&entry?.path(), group)?;
+        }
+    }
+    Ok(())
+}
+
 /// Unpacks an OCI image's root filesystem for `container` and decides its
 /// user (the container's securityContext, then the Pod's, then the image's)
 /// and whether the root is read-only, as a kubelet would.

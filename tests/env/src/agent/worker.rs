@@ -193,6 +193,7 @@ impl PodWorker {
             tokio::time::timeout(API_TIMEOUT, spec::materialize_volumes(&self.ctx.client, pod, &self.pod_dir))
                 .await
                 .map_err(|_| format!("volumes not ready: no answer from the API in {API_TIMEOUT:?}"))??;
+        spec::give_volumes_to_fs_group(pod, &volumes)?;
         self.volumes = Some(volumes);
         Ok(())
     }
@@ -351,6 +352,10 @@ impl PodWorker {
             }
             None => None,
         };
+        let confinement = match &image.oci {
+            Some(_) => spec::Confinement::default(),
+            None => spec::host_confinement(pod, &container).map_err(config_error)?,
+        };
         let image_dir = image.oci.as_ref().map(|oci| PathBuf::from(&oci.working_dir));
         let launch = Launch {
             argv,
@@ -360,6 +365,7 @@ impl PodWorker {
             bin_dir,
             log_path: container_dir.join("output.log"),
             root,
+            confinement,
         };
         let child = launch.spawn().map_err(|e| ("RunContainerError".to_string(), format!("cannot start: {e}")))?;
         let pid = child.id().unwrap_or(0);

@@ -125,6 +125,12 @@ fn start_operator(env: &Environment, webhook_port: u16, operator_yaml: &str) -> 
     let (ok, out) = env.kubectl(&rollout, None);
     anyhow::ensure!(ok, "the operator's Deployment did not roll out: {out}");
     println!("operator running as Deployment slotkeeper-system/slotkeeper (2 Pods, ServiceAccount slotkeeper)");
+    // The example cluster's Pods are admitted by Pod Security `restricted`.
+    let (ok, out) = env.kubectl(
+        &["label", "--overwrite", "namespace", "default", "pod-security.kubernetes.io/enforce=restricted"],
+        None,
+    );
+    anyhow::ensure!(ok, "kubectl label namespace default: {out}");
     let example = root.join("deploy/examples/rediscluster.yaml");
     let (ok, out) = env.kubectl(&["apply", "-f", example.to_str().unwrap()], None);
     anyhow::ensure!(ok, "kubectl apply -f {}: {out}", example.display());
