@@ -114,6 +114,8 @@ async fn deploy_manifests_pass_server_side_dry_run() {
         "clusterrole.rbac.authorization.k8s.io/slotkeeper-redis-custom-image",
         "validatingadmissionpolicy.admissionregistration.k8s.io/slotkeeper-rediscluster-author-rights",
         "validatingadmissionpolicybinding.admissionregistration.k8s.io/slotkeeper-rediscluster-author-rights",
+        "validatingadmissionpolicy.admissionregistration.k8s.io/slotkeeper-operator-writes",
+        "clusterrole.rbac.authorization.k8s.io/slotkeeper-managed-namespace",
         "rediscluster.slotkeeper.io/example",
     ] {
         assert!(out.contains(kind), "{kind} not in dry run output:\n{out}");

@@ -15,11 +15,17 @@
 //! An update that leaves a field as it was is not asked again, so clusters
 //! created before the policy (or by someone else) keep working when an
 //! operator-role user scales them.
+//!
+//! A second policy fences the operator's own writes (see [`fence`]): its
+//! RBAC covers every namespace, the policy narrows what it may do there.
 
 use serde_json::{Value, json};
 
 use crate::catalog::CATALOG;
-use crate::names::{SUBRESOURCE_CUSTOM_IMAGE, SUBRESOURCE_PRIORITY_CLASS};
+use crate::names::{
+    LABEL_CLUSTER, OPERATOR_NAMESPACE, OPERATOR_SERVICE_ACCOUNT, SUBRESOURCE_CUSTOM_IMAGE, SUBRESOURCE_PRIORITY_CLASS,
+    SYSTEM_NAMESPACES,
+};
 
 /// The policy's and its binding's name.
 pub const POLICY_NAME: &str = "slotkeeper-rediscluster-author-rights";
@@ -81,7 +87,111 @@ fn validations() -> Vec<Value> {
     ]
 }
 
-/// The policy and its binding (every namespace, requests denied).
+/// The fence's policy and binding name.
+pub const FENCE_POLICY_NAME: &str = "slotkeeper-operator-writes";
+
+/// The operator's user name as the apiserver sees it.
+pub fn operator_user() -> String {
+    format!("system:serviceaccount:{OPERATOR_NAMESPACE}:{OPERATOR_SERVICE_ACCOUNT}")
+}
+
+/// Kinds the operator writes in the namespaces of the clusters it manages.
+const FENCED: [(&str, &str); 9] = [
+    ("", "configmaps"),
+    ("", "services"),
+    ("", "secrets"),
+    ("", "pods"),
+    ("", "persistentvolumeclaims"),
+    ("apps", "statefulsets"),
+    ("policy", "poddisruptionbudgets"),
+    ("networking.k8s.io", "networkpolicies"),
+    ("events.k8s.io", "events"),
+];
+
+/// What a Pod template must not ask for, as CEL over `spec` (a PodSpec).
+fn confined(spec: &str) -> String {
+    let unprivileged = |list: &str| {
+        format!(
+            "(!has({spec}.{list}) || {spec}.{list}.all(c, !has(c.securityContext) || !has(c.securityContext.privileged) || !c.securityContext.privileged))"
+        )
+    };
+    let host = ["hostNetwork", "hostPID", "hostIPC"].map(|f| format!("!(has({spec}.{f}) && {spec}.{f})")).join(" && ");
+    format!(
+        "(!has({spec}.volumes) || {spec}.volumes.all(v, !has(v.hostPath))) && {} && {} && {host}",
+        unprivileged("containers"),
+        unprivileged("initContainers")
+    )
+}
+
+/// The operator's writes, fenced: its RBAC lets it write these kinds in any
+/// namespace (it manages clusters everywhere), so this policy, bound to its
+/// ServiceAccount alone, admits only what it does for a RedisCluster:
+/// nothing in the control plane's namespaces; only objects that carry the
+/// cluster label before and after the write (it cannot adopt or change
+/// anyone else's ConfigMap, Secret or Service); no privileged, host-network
+/// or hostPath Pod template. Its own namespace holds its Lease, keys and
+/// webhook certificate, written by name under a Role.
+fn fence() -> Vec<Value> {
+    let system = SYSTEM_NAMESPACES.map(|n| format!("'{n}'")).join(", ");
+    let labelled = |o: &str| format!("(has({o}.metadata.labels) && '{LABEL_CLUSTER}' in {o}.metadata.labels)");
+    let owned = format!(
+        "request.namespace == '{OPERATOR_NAMESPACE}' || request.resource.resource == 'events' || ((object == null || {}) && (oldObject == null || {}))",
+        labelled("object"),
+        labelled("oldObject")
+    );
+    let template = format!(
+        "request.resource.resource != 'statefulsets' || object == null || {}",
+        confined("object.spec.template.spec")
+    );
+    let rules: Vec<Value> = FENCED
+        .iter()
+        .map(|(group, resource)| {
+            json!({
+                "apiGroups": [group], "apiVersions": ["*"], "resources": [resource],
+                "operations": ["CREATE", "UPDATE", "DELETE"],
+            })
+        })
+        .collect();
+    let policy = json!({
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicy",
+        "metadata": { "name": FENCE_POLICY_NAME, "labels": { crate::names::LABEL_NAME: "slotkeeper" } },
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": { "resourceRules": rules },
+            "matchConditions": [{ "name": "the-operator", "expression": format!("request.userInfo.username == '{}'", operator_user()) }],
+            "validations": [
+                {
+                    "expression": format!("!(request.namespace in [{system}])"),
+                    "messageExpression": "'the Slotkeeper operator never writes in ' + request.namespace",
+                    "reason": "Forbidden",
+                },
+                {
+                    "expression": owned,
+                    "messageExpression": format!("'the Slotkeeper operator writes only objects labelled {LABEL_CLUSTER} (its own): refused ' + request.operation + ' of ' + request.resource.resource + ' ' + request.namespace + '/' + request.name"),
+                    "reason": "Forbidden",
+                },
+                {
+                    "expression": template,
+                    "messageExpression": "'the Slotkeeper operator makes no privileged, host-namespace or hostPath Pod: refused StatefulSet ' + request.namespace + '/' + request.name",
+                    "reason": "Forbidden",
+                },
+            ],
+        },
+    });
+    vec![policy, binding(FENCE_POLICY_NAME)]
+}
+
+fn binding(policy: &str) -> Value {
+    json!({
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": { "name": policy, "labels": { crate::names::LABEL_NAME: "slotkeeper" } },
+        "spec": { "policyName": policy, "validationActions": ["Deny"] },
+    })
+}
+
+/// Both policies and their bindings (every namespace, requests denied).
 pub fn objects() -> Vec<Value> {
     let labels = json!({ crate::names::LABEL_NAME: "slotkeeper" });
     let policy = json!({
@@ -103,13 +213,9 @@ pub fn objects() -> Vec<Value> {
             "validations": validations(),
         },
     });
-    let binding = json!({
-        "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "ValidatingAdmissionPolicyBinding",
-        "metadata": { "name": POLICY_NAME, "labels": labels },
-        "spec": { "policyName": POLICY_NAME, "validationActions": ["Deny"] },
-    });
-    vec![policy, binding]
+    let mut objects = vec![policy, binding(POLICY_NAME)];
+    objects.extend(fence());
+    objects
 }
 
 /// The policy and binding as the YAML committed in `deploy/admission.yaml`.

@@ -6,6 +6,10 @@ pub const FIELD_MANAGER: &str = "slotkeeper";
 /// [`LABEL_NAME`] on its Pods: Redis admits the operator by both.
 pub const OPERATOR_NAMESPACE: &str = "slotkeeper-system";
 pub const OPERATOR_APP: &str = "slotkeeper";
+/// The ServiceAccount `deploy/` runs the operator as, in [`OPERATOR_NAMESPACE`].
+pub const OPERATOR_SERVICE_ACCOUNT: &str = "slotkeeper";
+/// Namespaces of the control plane itself, where the operator never writes.
+pub const SYSTEM_NAMESPACES: [&str; 3] = ["kube-system", "kube-public", "kube-node-lease"];
 /// The label every namespace carries with its own name (set by the apiserver, not by its owner).
 pub const LABEL_NAMESPACE_NAME: &str = "kubernetes.io/metadata.name";
 

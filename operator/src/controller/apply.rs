@@ -1,6 +1,7 @@
 //! Writes owned objects, and only those whose desired content changed: the
 //! content hash in an annotation is compared with the watch cache, so a
-//! steady-state reconcile makes no request at all. The desired objects
+//! steady-state reconcile makes no request but one read of its own auth
+//! Secret (Secrets are read by name, never watched). The desired objects
 //! themselves are rebuilt only when their inputs change, so it costs next to
 //! no CPU either.
 
@@ -10,13 +11,13 @@ use std::sync::Mutex;
 
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams};
+use kube::core::PartialObjectMeta;
 use serde_json::Value;
 
 use super::Context;
-use super::cache::Caches;
 use crate::api::RedisCluster;
 use crate::api::catalog::CatalogEntry;
-use crate::api::names::FIELD_MANAGER;
+use crate::api::names::{ANNOTATION_SPEC_HASH, FIELD_MANAGER};
 use crate::error::{Error, Result};
 use crate::resources;
 use crate::resources::ShardShape;
@@ -90,13 +91,10 @@ struct Kept {
 }
 
 impl Applied {
-    /// Whether everything applied from `inputs` is still in the caches as written.
-    fn in_place(&self, key: &str, inputs: Option<u64>, namespace: &str, stored: &Caches) -> bool {
+    /// The hashes written by the last complete apply, if it was made from `inputs`.
+    fn kept(&self, key: &str, inputs: Option<u64>) -> Option<Vec<(String, String, String)>> {
         let clusters = self.clusters.lock().expect("applied lock");
-        let Some(kept) = clusters.get(key).filter(|k| Some(k.inputs) == inputs) else { return false };
-        kept.hashes
-            .iter()
-            .all(|(kind, name, hash)| stored.stored_hash(kind, namespace, name).flatten().as_ref() == Some(hash))
+        clusters.get(key).filter(|k| Some(k.inputs) == inputs).map(|k| k.hashes.clone())
     }
 
     fn remember(&self, key: &str, inputs: Option<u64>, objects: &[Desired]) {
@@ -129,8 +127,10 @@ pub async fn owned_objects(
 ) -> Result<Vec<String>> {
     let namespace = cluster.metadata.namespace.as_deref().unwrap_or_default();
     let inputs = inputs_of(cluster, password, shards, in_use);
-    if ctx.applied.in_place(key, inputs, namespace, &ctx.caches) {
-        return Ok(Vec::new());
+    if let Some(kept) = ctx.applied.kept(key, inputs) {
+        if in_place(ctx, namespace, &kept).await? {
+            return Ok(Vec::new());
+        }
     }
     let desired = desired(cluster, password, shards, in_use);
     let mut written = Vec::new();
@@ -144,10 +144,31 @@ pub async fn owned_objects(
     Ok(written)
 }
 
+/// Whether every object written from the same inputs is still as written.
+async fn in_place(ctx: &Context, namespace: &str, kept: &[(String, String, String)]) -> Result<bool> {
+    for (kind, name, hash) in kept {
+        if stored_hash(ctx, kind, namespace, name).await?.flatten().as_ref() != Some(hash) {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
+/// The content hash on an owned object (see [`super::cache::Caches::stored_hash`]): from
+/// the caches, or for a Secret, read by name.
+async fn stored_hash(ctx: &Context, kind: &str, namespace: &str, name: &str) -> Result<Option<Option<String>>> {
+    if kind != "Secret" {
+        return Ok(ctx.caches.stored_hash(kind, namespace, name));
+    }
+    let secrets: Api<PartialObjectMeta<Secret>> = Api::namespaced(ctx.client.clone(), namespace);
+    let found = secrets.get_metadata_opt(name).await.map_err(Error::kube(format!("read Secret {namespace}/{name}")))?;
+    Ok(found.map(|s| s.metadata.annotations.and_then(|mut a| a.remove(ANNOTATION_SPEC_HASH))))
+}
+
 /// Applies `desired` if it is missing or its hash differs; returns whether it wrote.
 async fn apply_if_changed(ctx: &Context, namespace: &str, desired: &Desired) -> Result<bool> {
     let Desired { kind, name, hash, object, resource } = desired;
-    if ctx.caches.stored_hash(kind, namespace, name).flatten().as_deref() == Some(hash.as_str()) {
+    if stored_hash(ctx, kind, namespace, name).await?.flatten().as_deref() == Some(hash.as_str()) {
         return Ok(false);
     }
     let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), namespace, resource);
@@ -163,15 +184,10 @@ async fn apply_if_changed(ctx: &Context, namespace: &str, desired: &Desired) -> 
 pub async fn password(ctx: &Context, cluster: &RedisCluster, namespace: &str) -> Result<String> {
     let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), namespace);
     let (secret_name, key) = resources::password_source(cluster);
-    // The generated Secret is ours and cached; a user's Secret is not
-    // labelled for our watch, so it is read each time (rotation is seen).
-    let existing = match &cluster.spec.auth {
-        None => ctx.caches.owned_secret(namespace, &secret_name).map(|s| s.as_ref().clone()),
-        Some(_) => secrets
-            .get_opt(&secret_name)
-            .await
-            .map_err(Error::kube(format!("read Secret {namespace}/{secret_name}")))?,
-    };
+    // Read by name each time (a user's rotation is seen); the admission
+    // policy made sure the cluster's author may read it too.
+    let existing =
+        secrets.get_opt(&secret_name).await.map_err(Error::kube(format!("read Secret {namespace}/{secret_name}")))?;
     if let Some(secret) = existing {
         return password_in(&secret, namespace, &secret_name, &key);
     }

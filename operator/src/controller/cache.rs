@@ -2,14 +2,17 @@
 //! Kubernetes from memory: a steady-state reconcile makes no API request.
 //!
 //! Owned objects are cached as metadata only (the content-hash annotation is
-//! all the applier compares); the operator's own Secrets in full, since
-//! their data is read; Pods cut down to the fields observing reads. Every
-//! watch is narrowed to objects carrying the cluster label, and every change
-//! to one triggers the owning cluster's reconcile.
+//! all the applier compares); Pods cut down to the fields observing reads.
+//! Every watch is narrowed to objects carrying the cluster label, and every
+//! change to one triggers the owning cluster's reconcile.
+//!
+//! Secrets are not watched: listing Secrets in every namespace would let the
+//! operator read every application's credentials. The few it uses are read
+//! by name when a reconcile needs them (see `apply.rs`).
 
 use futures::Stream;
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::{ConfigMap, Container, ContainerStatus, Pod, PodSpec, PodStatus, Secret, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Container, ContainerStatus, Pod, PodSpec, PodStatus, Service};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::core::PartialObjectMeta;
@@ -28,7 +31,6 @@ type Trigger<K> = std::pin::Pin<Box<dyn Stream<Item = Result<K, watcher::Error>>
 #[derive(Clone)]
 pub struct Caches {
     pub pods: Store<Pod>,
-    pub secrets: Store<Secret>,
     stateful_sets: Store<PartialObjectMeta<StatefulSet>>,
     services: Store<PartialObjectMeta<Service>>,
     config_maps: Store<PartialObjectMeta<ConfigMap>>,
@@ -45,7 +47,6 @@ pub struct Caches {
 /// for the controller. Nothing is cached until the controller polls them.
 pub struct Triggers {
     pub pods: Trigger<Pod>,
-    pub secrets: Trigger<Secret>,
     pub stateful_sets: Trigger<PartialObjectMeta<StatefulSet>>,
     pub services: Trigger<PartialObjectMeta<Service>>,
     pub config_maps: Trigger<PartialObjectMeta<ConfigMap>>,
@@ -121,7 +122,6 @@ where
 impl Caches {
     pub fn new(client: &Client, namespace: Option<&str>) -> (Self, Triggers) {
         let (pods, pod_trigger) = watch(client, namespace, slim_pod);
-        let (secrets, secret_trigger) = watch(client, namespace, slim);
         let (stateful_sets, set_trigger) = watch(client, namespace, slim);
         let (services, service_trigger) = watch(client, namespace, slim);
         let (config_maps, config_map_trigger) = watch(client, namespace, slim);
@@ -138,7 +138,6 @@ impl Caches {
         let (synced_tx, synced) = tokio::sync::watch::channel(false);
         let caches = Self {
             pods,
-            secrets,
             stateful_sets,
             services,
             config_maps,
@@ -154,7 +153,6 @@ impl Caches {
         });
         let triggers = Triggers {
             pods: pod_trigger,
-            secrets: secret_trigger,
             stateful_sets: set_trigger,
             services: service_trigger,
             config_maps: config_map_trigger,
@@ -177,7 +175,6 @@ impl Caches {
         // A dropped writer means the process is stopping; nothing to wait for.
         let _ = futures::join!(
             self.pods.wait_until_ready(),
-            self.secrets.wait_until_ready(),
             self.stateful_sets.wait_until_ready(),
             self.services.wait_until_ready(),
             self.config_maps.wait_until_ready(),
@@ -201,7 +198,6 @@ impl Caches {
             store.get(&ObjectRef::new(name).within(namespace)).map(|o| hash_of(o.as_ref()))
         }
         match kind {
-            "Secret" => lookup(&self.secrets, namespace, name),
             "StatefulSet" => lookup(&self.stateful_sets, namespace, name),
             "Service" => lookup(&self.services, namespace, name),
             "ConfigMap" => lookup(&self.config_maps, namespace, name),
@@ -286,11 +282,6 @@ impl Caches {
                 && p.metadata.labels.as_ref().and_then(|l| l.get(LABEL_CLUSTER)).map(String::as_str) == Some(cluster)
                 && controller_uid(&p.metadata).is_some_and(|uid| sets.contains(uid))
         })
-    }
-
-    /// A Secret the operator owns (labelled), e.g. the generated password.
-    pub fn owned_secret(&self, namespace: &str, name: &str) -> Option<std::sync::Arc<Secret>> {
-        self.secrets.get(&ObjectRef::new(name).within(namespace))
     }
 }
 

@@ -172,7 +172,6 @@ async fn run_clusters(ctx: Arc<Context>, triggers: Triggers, namespace: Option<&
     Controller::for_stream(watched, reader)
         .reconcile_on(tokio_stream_of(nudged))
         .watches_stream(triggers.pods, |pod| cache::cluster_of(&pod))
-        .owns_stream(triggers.secrets)
         .owns_stream(triggers.stateful_sets)
         .owns_stream(triggers.services)
         .owns_stream(triggers.config_maps)
