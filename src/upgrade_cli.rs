@@ -109,7 +109,7 @@ pub async fn apply(client: &Client, manifests: &Path, gates: &[String]) -> anyho
     let rbac = manifests.join("rbac.yaml");
     if rbac.exists() {
         for object in documents(&rbac)? {
-            apply_object(client, &object).await?;
+            apply_object(client, &with_rules_kept(client, object).await?).await?;
         }
     }
     let plan_crd = release
@@ -137,21 +137,7 @@ pub async fn apply(client: &Client, manifests: &Path, gates: &[String]) -> anyho
         println!("removed the finished SlotkeeperUpgrade/{name} of an earlier attempt");
     }
 
-    let object = SlotkeeperUpgrade::new(
-        &name,
-        SlotkeeperUpgradeSpec {
-            release: release.version.clone(),
-            image: release.image.clone(),
-            approved_steps: Vec::new(),
-            gates: gates.to_vec(),
-            rollback: false,
-        },
-    );
-    let created = plans
-        .create(&PostParams { field_manager: Some(UPGRADE_FIELD_MANAGER.into()), ..Default::default() }, &object)
-        .await?;
-    let owner = owner_of(&created);
-
+    // The snapshot is captured first, so the plan records its digest when it is created.
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), OPERATOR_NAMESPACE);
     let previous_operator = match deployments.get_opt(OPERATOR_DEPLOYMENT).await? {
         Some(deployment) => Some(apply_configuration(&serde_json::to_value(&deployment)?)),
@@ -164,6 +150,22 @@ pub async fn apply(client: &Client, manifests: &Path, gates: &[String]) -> anyho
         next_crds: release.crds.clone(),
         next_operator: next_operator.clone(),
     };
+    let object = SlotkeeperUpgrade::new(
+        &name,
+        SlotkeeperUpgradeSpec {
+            release: release.version.clone(),
+            image: release.image.clone(),
+            approved_steps: Vec::new(),
+            gates: gates.to_vec(),
+            rollback: false,
+            snapshot_digest: Some(snapshot.digest()),
+        },
+    );
+    let created = plans
+        .create(&PostParams { field_manager: Some(UPGRADE_FIELD_MANAGER.into()), ..Default::default() }, &object)
+        .await?;
+    let owner = owner_of(&created);
+
     let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), OPERATOR_NAMESPACE);
     config_maps
         .create(&PostParams::default(), &snapshot.to_config_map(&snapshot_name(&name), owner.clone()))
@@ -206,6 +208,45 @@ fn owner_of(plan: &SlotkeeperUpgrade) -> OwnerReference {
 }
 
 /// Server-side applies one manifest object (cluster-scoped unless it names a namespace).
+/// A role of the new release with the installed role's rules it drops
+/// added back: until the upgrade is over, a rollback runs the previous
+/// operator, which needs them (0.2.0 stopped listing Secrets, which 0.1.0
+/// watches). Re-applying the release's `rbac.yaml` afterwards drops them.
+async fn with_rules_kept(client: &Client, mut object: Value) -> anyhow::Result<Value> {
+    let kind = object["kind"].as_str().unwrap_or_default().to_owned();
+    if kind != "ClusterRole" && kind != "Role" {
+        return Ok(object);
+    }
+    let name = object["metadata"]["name"].as_str().unwrap_or_default().to_owned();
+    let resource = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("rbac.authorization.k8s.io", "v1", &kind),
+        &plural(&kind),
+    );
+    let api: Api<DynamicObject> = match object["metadata"]["namespace"].as_str() {
+        Some(namespace) => Api::namespaced_with(client.clone(), namespace, &resource),
+        None => Api::all_with(client.clone(), &resource),
+    };
+    let Some(installed) = api.get_opt(&name).await.with_context(|| format!("reading {kind} {name}"))? else {
+        return Ok(object);
+    };
+    let new_rules = object["rules"].as_array().cloned().unwrap_or_default();
+    let dropped: Vec<Value> = installed.data["rules"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|rule| !new_rules.contains(rule))
+        .cloned()
+        .collect();
+    if !dropped.is_empty() {
+        println!(
+            "kept {} rule(s) of the installed {kind} {name} for a rollback; after the upgrade, `kubectl apply -f rbac.yaml` of the new release drops them",
+            dropped.len()
+        );
+        object["rules"] = Value::Array(new_rules.into_iter().chain(dropped).collect());
+    }
+    Ok(object)
+}
+
 async fn apply_object(client: &Client, object: &Value) -> anyhow::Result<()> {
     let api_version = object["apiVersion"].as_str().unwrap_or_default();
     let kind = object["kind"].as_str().unwrap_or_default();

@@ -102,7 +102,7 @@ async fn a_rollback_before_the_storage_switch_restores_the_previous_release_and_
     let client = env.client().await.unwrap();
     install_previous(env);
     let (previous_versions, previous_strategy) = crd_versions(env);
-    namespace(&client, NS).await;
+    namespace_with_pod_security(&client, NS, PREVIOUS_RELEASE_POD_SECURITY).await;
     let cluster = format!(
         "apiVersion: {}\nkind: RedisCluster\nmetadata: {{name: {CLUSTER}, namespace: {NS}}}\nspec: {{masters: 3, version: 7.0.15}}\n",
         v1alpha1::API_VERSION
@@ -123,6 +123,7 @@ async fn a_rollback_before_the_storage_switch_restores_the_previous_release_and_
     let pods = operator_pods(&client).await;
     assert!(pods.values().any(|image| *image == next_image()), "the new operator runs: {pods:?}");
     assert_eq!(stored_versions(env, "redisclusters.slotkeeper.io"), ["v1alpha1"]);
+    snapshot_edits_are_refused(env, &plan).await;
 
     let (code, out) = upgrade_cli(env, &["rollback", &plan, "--timeout-seconds", "240"]);
     assert_eq!(code, Some(0), "{out}");
@@ -167,4 +168,90 @@ async fn a_rollback_before_the_storage_switch_restores_the_previous_release_and_
     assert!(ok, "{out}");
     assert_eq!(stored_versions(env, "redisclusters.slotkeeper.io"), ["v1"]);
     assert_eq!(redis_pods(&client, &[(NS, CLUSTER)]).await, before, "the cluster was not touched");
+}
+
+/// Security review finding 6: someone who may edit ConfigMaps in
+/// slotkeeper-system (and nothing cluster-wide) rewrites the plan's snapshot
+/// so that a rollback would restore an operator of their choosing, and adds
+/// a ClusterRoleBinding for themselves. The manager refuses the snapshot,
+/// says why on the plan, and applies nothing; the original content (put
+/// back by an administrator) is accepted again.
+async fn snapshot_edits_are_refused(env: &slotkeeper_env::Environment, plan: &str) {
+    let intern = "ops-intern";
+    for args in [
+        &["-n", "slotkeeper-system", "create", "role", "edit-config", "--verb=get,patch", "--resource=configmaps"][..],
+        &[
+            "-n",
+            "slotkeeper-system",
+            "create",
+            "rolebinding",
+            "intern-edits-config",
+            "--role=edit-config",
+            "--user=ops-intern",
+        ],
+    ] {
+        let (ok, out) = kubectl(env, args, None);
+        assert!(ok, "{out}");
+    }
+    let snapshot = format!("slotkeeper-upgrade-{plan}");
+    let (ok, original) = kubectl(env, &["-n", "slotkeeper-system", "get", "configmap", &snapshot, "-o", "json"], None);
+    assert!(ok, "{original}");
+    let original: serde_json::Value = serde_json::from_str(&original).unwrap();
+    let mut previous: serde_json::Value =
+        serde_json::from_str(original["data"]["previous-operator.json"].as_str().unwrap()).unwrap();
+    previous["spec"]["template"]["spec"]["containers"][0]["image"] = "attacker/slotkeeper:evil".into();
+    let mut next: Vec<serde_json::Value> =
+        serde_json::from_str(original["data"]["next-operator.json"].as_str().unwrap()).unwrap();
+    next.push(serde_json::json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+        "metadata": {"name": "intern-is-admin"}, "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": intern}]}));
+    let edit = serde_json::json!({"data": {
+        "previous-operator.json": previous.to_string(),
+        "next-operator.json": serde_json::to_string(&next).unwrap(),
+    }});
+    let as_intern = format!("--as={intern}");
+    let (ok, out) = kubectl(
+        env,
+        &[
+            "-n",
+            "slotkeeper-system",
+            &as_intern,
+            "patch",
+            "configmap",
+            &snapshot,
+            "--type=merge",
+            "-p",
+            &edit.to_string(),
+        ],
+        None,
+    );
+    assert!(ok, "the intern may edit ConfigMaps there: {out}");
+    let refusal = wait_until("the plan refuses the edited snapshot", Duration::from_secs(60), || async {
+        let object = plan_object(env, plan).ok()?;
+        let steps = object["status"]["steps"].as_array()?.clone();
+        steps
+            .iter()
+            .filter_map(|s| s["message"].as_str())
+            .find(|m| m.contains("refusing the snapshot"))
+            .map(String::from)
+    })
+    .await;
+    assert!(refusal.contains("was changed after the plan was made"), "{refusal}");
+    let (ok, out) = kubectl(env, &["get", "clusterrolebinding", "intern-is-admin"], None);
+    assert!(!ok && out.contains("NotFound"), "{out}");
+    let (ok, out) = kubectl(env, &["auth", "can-i", "create", "clusterrolebindings", &as_intern], None);
+    assert!(!ok && out.lines().any(|l| l.trim() == "no"), "{out}");
+    // An administrator puts the content back: the plan goes on as recorded.
+    let restore = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(restore.path(), serde_json::json!({"data": original["data"]}).to_string()).unwrap();
+    let patch_file = format!("--patch-file={}", restore.path().display());
+    let (ok, out) =
+        kubectl(env, &["-n", "slotkeeper-system", "patch", "configmap", &snapshot, "--type=merge", &patch_file], None);
+    assert!(ok, "{out}");
+    wait_until("the plan accepts the snapshot again", Duration::from_secs(60), || async {
+        let object = plan_object(env, plan).ok()?;
+        let steps = object["status"]["steps"].as_array()?.clone();
+        (!steps.iter().filter_map(|s| s["message"].as_str()).any(|m| m.contains("refusing the snapshot"))).then_some(())
+    })
+    .await;
 }

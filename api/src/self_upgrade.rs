@@ -47,7 +47,8 @@ pub fn snapshot_name(plan: &str) -> String {
     printcolumn = r#"{"name":"To","type":"string","jsonPath":".spec.release"}"#,
     printcolumn = r#"{"name":"Step","type":"string","jsonPath":".status.currentStep"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#,
-    validation = Rule::new("self.spec.release == oldSelf.spec.release && self.spec.image == oldSelf.spec.image").message("spec.release and spec.image of a SlotkeeperUpgrade are immutable: create a new SlotkeeperUpgrade instead")
+    validation = Rule::new("self.spec.release == oldSelf.spec.release && self.spec.image == oldSelf.spec.image").message("spec.release and spec.image of a SlotkeeperUpgrade are immutable: create a new SlotkeeperUpgrade instead"),
+    validation = Rule::new("!has(oldSelf.spec.snapshotDigest) || (has(self.spec.snapshotDigest) && self.spec.snapshotDigest == oldSelf.spec.snapshotDigest)").message("spec.snapshotDigest of a SlotkeeperUpgrade is immutable: it pins what the upgrade installs")
 )]
 #[serde(rename_all = "camelCase")]
 pub struct SlotkeeperUpgradeSpec {
@@ -72,6 +73,14 @@ pub struct SlotkeeperUpgradeSpec {
     /// only before the storage version switches (`slotkeeper upgrade rollback`).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub rollback: bool,
+    /// `sha256:<hex>` of the snapshot ConfigMap `slotkeeper-upgrade-<plan>`
+    /// as `slotkeeper upgrade apply` wrote it. The manager applies the
+    /// snapshot only while its content still has this digest, so whoever may
+    /// edit ConfigMaps in the operator's namespace cannot change what an
+    /// upgrade installs. Immutable once set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 80))]
+    pub snapshot_digest: Option<String>,
 }
 
 #[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default)]

@@ -101,6 +101,7 @@ mod tests {
             approved_steps: approved.iter().map(|s| s.to_string()).collect(),
             gates: vec![],
             rollback: false,
+            snapshot_digest: None,
         };
         let mut plan = SlotkeeperUpgrade::new(name, spec);
         plan.metadata.creation_timestamp = Some(Time(Timestamp::from_second(created).unwrap()));

@@ -100,6 +100,7 @@ pub async fn clusters(client: &Client, crds: &[CustomResourceDefinition]) -> Res
             name: cluster.metadata.name.clone().unwrap_or_default(),
             engine: cluster.spec.redis.engine,
             version: cluster.spec.redis.version,
+            config: cluster.spec.redis.config,
         });
     }
     Ok(clusters)

@@ -2,6 +2,8 @@
 //! installed (CRDs, the operator's Pods, the clusters) and the new release's
 //! manifests, printed the same way by the CLI and from a plan's status.
 
+use std::collections::BTreeMap;
+
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use slotkeeper_api::catalog::{self, Engine};
 use slotkeeper_api::self_upgrade::{StepState, UpgradeStep};
@@ -31,6 +33,8 @@ pub struct InstalledCluster {
     pub name: String,
     pub engine: Engine,
     pub version: String,
+    /// `spec.redis.config`, as the cluster sets it.
+    pub config: BTreeMap<String, String>,
 }
 
 /// The new release, from its manifests.
@@ -60,8 +64,7 @@ pub fn release_of(image: &str) -> String {
 
 pub fn plan(installed: &Installed, release: &Release) -> Plan {
     let from = installed.operator_image.as_deref().map(release_of).unwrap_or_else(|| "none".into());
-    let mut refusing: Vec<String> =
-        preflight::check(&installed.crds, &release.crds).iter().map(ToString::to_string).collect();
+    let mut refusing = preflight_findings(&installed.crds, &release.crds, &installed.clusters);
     let mut images: Vec<&String> = installed.pod_images.iter().collect();
     images.sort();
     images.dedup();
@@ -92,6 +95,33 @@ pub fn plan(installed: &Installed, release: &Release) -> Plan {
         findings: refusing.into_iter().chain(unsupported).collect(),
         refused,
     }
+}
+
+/// A tightened rule on redis.conf settings (`spec.config` at v1alpha1,
+/// `spec.redis.config` at v1): the allow-list of `slotkeeper_api::redis_config`.
+fn is_config_rule(finding: &preflight::Finding) -> bool {
+    finding.crd == CLUSTERS_CRD
+        && matches!(finding.kind, preflight::FindingKind::ValidationTightened | preflight::FindingKind::RangeNarrowed)
+        && ["spec.config", "spec.redis.config"].iter().any(|p| {
+            finding.path == *p || finding.path.strip_prefix(p).is_some_and(|rest| rest.starts_with(['.', '{']))
+        })
+}
+
+/// The preflight's unsafe changes from `installed` to `new` CRDs, less the
+/// new redis.conf rules when every installed cluster's settings pass the
+/// allow-list they are generated from (this binary's): then those rules,
+/// new as they are, refuse no existing object.
+pub fn preflight_findings(
+    installed: &[CustomResourceDefinition],
+    new: &[CustomResourceDefinition],
+    clusters: &[InstalledCluster],
+) -> Vec<String> {
+    let config_holds = clusters.iter().all(|c| slotkeeper_api::redis_config::validate(&c.config).is_ok());
+    preflight::check(installed, new)
+        .iter()
+        .filter(|f| !(config_holds && is_config_rule(f)))
+        .map(ToString::to_string)
+        .collect()
 }
 
 fn step(name: &str, description: String) -> UpgradeStep {
@@ -217,12 +247,36 @@ mod tests {
                 name: "c".into(),
                 engine: Engine::Redis,
                 version: "7.0.15".into(),
+                config: BTreeMap::new(),
             }],
         }
     }
 
     fn release() -> Release {
         Release { version: "0.2.0".into(), image: "slotkeeper:0.2.0".into(), crds: crds("v1") }
+    }
+
+    /// The allow-list of redis.conf settings came as new CEL rules: they
+    /// refuse an upgrade only when an installed cluster's settings fail them.
+    #[test]
+    fn new_config_rules_refuse_only_clusters_whose_settings_fail_them() {
+        let mut before = installed();
+        for crd in before.crds.iter_mut().filter(|c| c.metadata.name.as_deref() == Some(CLUSTERS_CRD)) {
+            let schema = crd.spec.versions[0].schema.as_mut().unwrap().open_api_v3_schema.as_mut().unwrap();
+            let spec = schema.properties.as_mut().unwrap().get_mut("spec").unwrap();
+            let config = spec.properties.as_mut().unwrap().get_mut("config").unwrap();
+            config.x_kubernetes_validations = None;
+        }
+        let settled = plan(&before, &release());
+        assert!(settled.refused.is_none(), "{:?}", settled.findings);
+        before.clusters[0].config = BTreeMap::from([("maxmemory-policy".into(), "allkeys-lru".into())]);
+        assert!(plan(&before, &release()).refused.is_none());
+        before.clusters[0].config = BTreeMap::from([("REQUIREPASS".into(), String::new())]);
+        let refused = plan(&before, &release());
+        assert!(refused.refused.is_some());
+        assert!(
+            refused.findings.iter().any(|f| f.contains("spec.config") && f.contains("new or changed validation rule"))
+        );
     }
 
     #[test]
@@ -260,6 +314,7 @@ mod tests {
             name: "old".into(),
             engine: Engine::Redis,
             version: "5.0.14".into(),
+            config: BTreeMap::new(),
         });
         let plan = plan(&installed, &release());
         assert!(plan.refused.is_some(), "skew refuses");

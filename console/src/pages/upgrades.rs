@@ -197,6 +197,7 @@ mod tests {
             approved_steps: vec!["Preflight".into()],
             gates: vec!["SwitchStorage".into()],
             rollback: false,
+            snapshot_digest: None,
         };
         let mut plan = SlotkeeperUpgrade::new("to-0-2-0", spec);
         plan.metadata.resource_version = Some("4711".into());

@@ -13,7 +13,6 @@ use slotkeeper_api::self_upgrade::{
 use super::observe::Observed;
 use super::snapshot::Snapshot;
 use crate::plan::{self, Installed, Release};
-use crate::preflight;
 use crate::storage::{storage_version, stored_versions};
 
 /// One idempotent change; the act layer performs it.
@@ -161,8 +160,7 @@ fn forward(
 }
 
 fn check_preflight(seen: &Observed, snapshot: &Snapshot) -> Check {
-    let mut findings: Vec<String> =
-        preflight::check(&seen.crds, &snapshot.next_crds).iter().map(ToString::to_string).collect();
+    let mut findings = plan::preflight_findings(&seen.crds, &snapshot.next_crds, &seen.clusters);
     if let Some(operator) = &seen.operator {
         let mut images = operator.pod_images.clone();
         images.sort();

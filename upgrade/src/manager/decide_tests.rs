@@ -88,6 +88,7 @@ fn seen(crds: Vec<CustomResourceDefinition>) -> Observed {
             name: "c".into(),
             engine: slotkeeper_api::catalog::Engine::Redis,
             version: "7.0.15".into(),
+            config: Default::default(),
         }],
         operator: operator(OLD, true),
         leader: Some(LeaderState { holder: "slotkeeper-old".into(), release: None, reconciled: 0 }),
@@ -105,6 +106,7 @@ fn plan() -> SlotkeeperUpgrade {
             approved_steps: vec![],
             gates: vec![],
             rollback: false,
+            snapshot_digest: None,
         },
     );
     plan.metadata.generation = Some(1);

@@ -60,7 +60,7 @@ pub async fn observe(client: &Client, plan: &SlotkeeperUpgrade) -> Result<Observ
     let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), OPERATOR_NAMESPACE);
     let snapshot_name = snapshot_name(&name);
     let snapshot = match config_maps.get_opt(&snapshot_name).await.map_err(ManagerError::kube("the snapshot"))? {
-        Some(config_map) => Snapshot::from_config_map(&config_map),
+        Some(config_map) => Snapshot::verified(&config_map, plan),
         None => Err(format!(
             "waiting for ConfigMap {OPERATOR_NAMESPACE}/{snapshot_name} (written by `slotkeeper upgrade apply`)"
         )),
