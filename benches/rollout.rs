@@ -163,7 +163,7 @@ fn main() {
         let env = shared_env();
         let _operator = shared_operator(env);
         let kube = env.client().await.unwrap();
-        let (ns_sk, ns_sts) = (namespace(&kube, "bench-rollout").await, namespace(&kube, "bench-statefulset").await);
+        let (ns_sk, ns_sts) = (namespace(&kube, "bench-rollout").await, namespace_with_pod_security(&kube, "bench-statefulset", "baseline").await);
         let (sk, sk_password, sk_seeds) = prepare(env, &kube, &ns_sk).await;
         let (sts, sts_password, sts_seeds) = prepare(env, &kube, &ns_sts).await;
 

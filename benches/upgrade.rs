@@ -194,7 +194,7 @@ fn main() {
         let env = shared_env();
         let client = env.client().await.unwrap();
         let (ns_a, ns_b, ns_c) =
-            (namespace(&client, "mig-a").await, namespace(&client, "mig-b").await, namespace(&client, "convert").await);
+            (namespace_with_pod_security(&client, "mig-a", PREVIOUS_RELEASE_POD_SECURITY).await, namespace_with_pod_security(&client, "mig-b", PREVIOUS_RELEASE_POD_SECURITY).await, namespace_with_pod_security(&client, "convert", PREVIOUS_RELEASE_POD_SECURITY).await);
         // The previous release's CRDs, 1,000 objects stored at v1alpha1.
         apply_yaml(env, &previous_release_file("deploy/crds/slotkeeper.io.yaml"));
         let (ok, out) = kubectl(env, &["wait", "--for=condition=Established", "crd/redisclusters.slotkeeper.io"], None);

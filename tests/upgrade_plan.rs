@@ -30,7 +30,7 @@ async fn the_plan_for_the_previous_release_and_a_refusal_that_names_the_removed_
     apply_yaml(env, &previous_release_file("deploy/crds/slotkeeper.io.yaml"));
     let (ok, out) = kubectl(env, &["wait", "--for=condition=Established", "crd/redisclusters.slotkeeper.io"], None);
     assert!(ok, "{out}");
-    let ns = namespace(&client, "upgrade-plan").await;
+    let ns = namespace_with_pod_security(&client, "upgrade-plan", PREVIOUS_RELEASE_POD_SECURITY).await;
     let old = format!(
         "apiVersion: {}\nkind: RedisCluster\nmetadata: {{name: legacy, namespace: {ns}}}\nspec: {{masters: 3, version: 6.2.14, paused: true}}\n",
         v1alpha1::API_VERSION

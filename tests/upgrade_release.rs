@@ -73,7 +73,7 @@ async fn slotkeeper_upgrades_itself_from_the_previous_release_with_redis_untouch
     install_previous(env);
     let old = v1alpha1::API_VERSION;
     for (ns, name) in CLUSTERS {
-        namespace(&client, ns).await;
+        namespace_with_pod_security(&client, ns, PREVIOUS_RELEASE_POD_SECURITY).await;
         let replicas = if name == "idle" { 0 } else { 1 };
         apply_old(
             env,

@@ -54,7 +54,7 @@ async fn storage_moves_from_v1alpha1_to_v1_with_kubernetes_migrator_and_nothing_
     apply_yaml(env, &previous_release_file("deploy/crds/slotkeeper.io.yaml"));
     let (ok, out) = kubectl(env, &["wait", "--for=condition=Established", "crd/redisclusters.slotkeeper.io"], None);
     assert!(ok, "{out}");
-    let ns = namespace(&client, "upgrade-storage").await;
+    let ns = namespace_with_pod_security(&client, "upgrade-storage", PREVIOUS_RELEASE_POD_SECURITY).await;
     let specs = [
         (
             "orders",

@@ -124,7 +124,7 @@ async fn certificates_rotate_the_ca_bundle_follows_and_no_ca_replacement_interru
     apply_yaml(env, &previous_release_file("deploy/crds/slotkeeper.io.yaml"));
     let (ok, out) = kubectl(env, &["wait", "--for=condition=Established", &format!("crd/{CRD}")], None);
     assert!(ok, "{out}");
-    let ns = namespace(&client, "webhook-rotation").await;
+    let ns = namespace_with_pod_security(&client, "webhook-rotation", PREVIOUS_RELEASE_POD_SECURITY).await;
     for name in ["old", "kept"] {
         let (ok, out) = kubectl(env, &["apply", "-f", "-"], Some(&old_cluster(&ns, name, 3)));
         assert!(ok, "{out}");

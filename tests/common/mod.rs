@@ -57,6 +57,10 @@ pub fn shared_env_with(extra_images: impl FnOnce() -> Vec<serde_json::Value>) ->
 /// node agent itself asks for another: the apiserver's own admission then
 /// checks every Pod the operator makes.
 pub const POD_SECURITY: &str = "restricted";
+/// Where the previous release runs clusters: its Pods carry no
+/// securityContext, so they pass `baseline` only (the upgraded operator
+/// restricts them at their next rollout, as the StatefulSets are OnDelete).
+pub const PREVIOUS_RELEASE_POD_SECURITY: &str = "baseline";
 
 pub async fn namespace(client: &Client, name: &str) -> String {
     namespace_with_pod_security(client, name, POD_SECURITY).await
