@@ -38,7 +38,7 @@ pub fn read_release(dir: &Path) -> anyhow::Result<Release> {
     files.sort_by_key(|f| f.path());
     for file in files {
         let text = std::fs::read_to_string(file.path())?;
-        for document in serde_yaml::Deserializer::from_str(&text) {
+        for document in serde_norway::Deserializer::from_str(&text) {
             let crd = CustomResourceDefinition::deserialize(document)
                 .with_context(|| format!("{} is not a CustomResourceDefinition", file.path().display()))?;
             crds.push(crd);
@@ -56,7 +56,7 @@ pub fn read_release(dir: &Path) -> anyhow::Result<Release> {
 /// Every YAML document of a file, as JSON.
 fn documents(path: &Path) -> anyhow::Result<Vec<Value>> {
     let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
-    serde_yaml::Deserializer::from_str(&text)
+    serde_norway::Deserializer::from_str(&text)
         .map(|d| Value::deserialize(d).with_context(|| format!("{} is not valid YAML", path.display())))
         .filter(|d| !matches!(d, Ok(Value::Null)))
         .collect()

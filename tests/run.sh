@@ -5,6 +5,10 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 bash tests/setup.sh
+# Dependencies audited offline (advisories, licenses, duplicates); a failure
+# fails the run after the tests, so they still report.
+audit_failed=0
+bash tests/audit.sh || audit_failed=1
 
 export SLOTKEEPER_TEST_RUN="run-$$-$(date +%s)"
 # Processes that ran before the suite are never counted as its leaks.
@@ -72,5 +76,11 @@ failed=$(grep -Eo '[0-9]+ failed;' "$log" | awk '{s+=$1} END {print s+0}')
 ignored=$(grep -Eo '[0-9]+ ignored;' "$log" | awk '{s+=$1} END {print s+0}')
 rm -f "$log"
 if ((leak_failed)); then failed=$((failed + 1)); else passed=$((passed + 1)); fi
+if ((audit_failed)); then
+  echo "dependency audit FAILED (bash tests/audit.sh shows why)" >&2
+  failed=$((failed + 1))
+else
+  passed=$((passed + 1))
+fi
 echo "total: $passed passed, $failed failed, $ignored skipped"
-if ((status != 0 || leak_failed)); then exit 1; fi
+if ((status != 0 || leak_failed || audit_failed)); then exit 1; fi

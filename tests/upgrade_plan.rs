@@ -62,13 +62,13 @@ async fn the_plan_for_the_previous_release_and_a_refusal_that_names_the_removed_
     std::fs::create_dir(bad.path().join("crds")).unwrap();
     std::fs::copy(deploy.join("operator.yaml"), bad.path().join("operator.yaml")).unwrap();
     let crds = std::fs::read_to_string(deploy.join("crds/slotkeeper.io.yaml")).unwrap();
-    let mut documents: Vec<serde_yaml::Value> =
-        serde_yaml::Deserializer::from_str(&crds).map(|d| serde::Deserialize::deserialize(d).unwrap()).collect();
+    let mut documents: Vec<serde_norway::Value> =
+        serde_norway::Deserializer::from_str(&crds).map(|d| serde::Deserialize::deserialize(d).unwrap()).collect();
     let versions = documents[0]["spec"]["versions"].as_sequence_mut().unwrap();
     let old_version = versions.iter_mut().find(|v| v["name"] == "v1alpha1").unwrap();
     let spec = &mut old_version["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"];
     assert!(spec.as_mapping_mut().unwrap().remove("paused").is_some());
-    let text: Vec<String> = documents.iter().map(|d| serde_yaml::to_string(d).unwrap()).collect();
+    let text: Vec<String> = documents.iter().map(|d| serde_norway::to_string(d).unwrap()).collect();
     std::fs::write(bad.path().join("crds/slotkeeper.io.yaml"), text.join("---\n")).unwrap();
     let (code, out) = plan(env, bad.path());
     assert_eq!(code, Some(2), "refused plans exit 2: {out}");

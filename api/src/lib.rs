@@ -90,7 +90,7 @@ pub fn crds_yaml() -> String {
 
 /// A manifest as YAML, the way `deploy/` holds them.
 pub fn to_yaml(object: &impl serde::Serialize) -> String {
-    serde_yaml::to_string(object).expect("a manifest serializes")
+    serde_norway::to_string(object).expect("a manifest serializes")
 }
 
 #[cfg(test)]

@@ -63,7 +63,7 @@ pub fn release_env() -> &'static Environment {
 }
 
 fn documents(yaml: &str) -> Vec<Value> {
-    serde_yaml::Deserializer::from_str(yaml)
+    serde_norway::Deserializer::from_str(yaml)
         .map(|d| serde::Deserialize::deserialize(d).expect("valid YAML"))
         .filter(|d: &Value| !d.is_null())
         .collect()
@@ -95,7 +95,7 @@ pub fn runnable_operator(yaml: &str, webhook: bool) -> String {
                 env.push(json!({"name": "SLOTKEEPER_WEBHOOK_URL", "value": slotkeeper_env::crds::webhook_url(port)}));
             }
         }
-        out.push(serde_yaml::to_string(&document).unwrap());
+        out.push(serde_norway::to_string(&document).unwrap());
     }
     out.join("---\n")
 }

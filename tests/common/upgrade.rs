@@ -37,7 +37,7 @@ pub fn crds_yaml(crds: Vec<CustomResourceDefinition>) -> String {
                 config.service = None;
                 config.url = Some(url.clone());
             }
-            serde_yaml::to_string(&crd).unwrap()
+            serde_norway::to_string(&crd).unwrap()
         })
         .collect();
     documents.join("---\n")

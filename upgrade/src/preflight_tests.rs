@@ -361,7 +361,7 @@ fn findings_are_ordered_by_crd_version_path_and_kind_whatever_the_input_order() 
 fn the_committed_crds_against_themselves_give_no_finding() {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/crds/slotkeeper.io.yaml");
     let yaml = std::fs::read_to_string(path).expect("read the committed CRDs");
-    let crds: Vec<CustomResourceDefinition> = serde_yaml::Deserializer::from_str(&yaml)
+    let crds: Vec<CustomResourceDefinition> = serde_norway::Deserializer::from_str(&yaml)
         .map(|document| CustomResourceDefinition::deserialize(document).expect("a CRD"))
         .collect();
     assert!(!crds.is_empty(), "no CRD in {path}");

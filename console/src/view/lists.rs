@@ -146,7 +146,7 @@ pub fn operations(operations: &[std::sync::Arc<RedisOperation>], now: Timestamp)
 
 /// The spec as YAML. It holds no secret: `auth` names a Secret, never its value.
 pub fn spec_yaml(cluster: &RedisCluster) -> AnyView {
-    let yaml = serde_yaml::to_string(&cluster.spec).unwrap_or_else(|e| format!("# cannot show the spec: {e}"));
+    let yaml = serde_norway::to_string(&cluster.spec).unwrap_or_else(|e| format!("# cannot show the spec: {e}"));
     view! { <pre class="yaml">{yaml}</pre> }.into_any()
 }
 

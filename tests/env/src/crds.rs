@@ -13,17 +13,17 @@ pub fn with_webhook_url(root: &Path, url: &str) -> anyhow::Result<String> {
     files.sort_by_key(|entry| entry.path());
     for file in files {
         let text = std::fs::read_to_string(file.path())?;
-        for document in serde_yaml::Deserializer::from_str(&text) {
-            let mut crd = serde_yaml::Value::deserialize(document)?;
+        for document in serde_norway::Deserializer::from_str(&text) {
+            let mut crd = serde_norway::Value::deserialize(document)?;
             if let Some(client_config) = crd
                 .get_mut("spec")
                 .and_then(|spec| spec.get_mut("conversion"))
                 .and_then(|conversion| conversion.get_mut("webhook"))
                 .and_then(|webhook| webhook.get_mut("clientConfig"))
             {
-                *client_config = serde_yaml::to_value(std::collections::BTreeMap::from([("url", url)]))?;
+                *client_config = serde_norway::to_value(std::collections::BTreeMap::from([("url", url)]))?;
             }
-            documents.push(serde_yaml::to_string(&crd)?);
+            documents.push(serde_norway::to_string(&crd)?);
         }
     }
     Ok(documents.join("---\n"))

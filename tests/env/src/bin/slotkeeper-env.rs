@@ -76,7 +76,7 @@ fn runnable_operator(root: &std::path::Path, webhook_port: u16) -> anyhow::Resul
     let text = std::fs::read_to_string(root.join("deploy/operator.yaml"))?;
     let mut image = None;
     let mut documents = Vec::new();
-    for document in serde_yaml::Deserializer::from_str(&text) {
+    for document in serde_norway::Deserializer::from_str(&text) {
         let mut document: serde_json::Value = serde::Deserialize::deserialize(document)?;
         if document["kind"] == "Deployment" {
             let container = document
@@ -90,7 +90,7 @@ fn runnable_operator(root: &std::path::Path, webhook_port: u16) -> anyhow::Resul
             );
             env.push(serde_json::json!({"name": "SLOTKEEPER_WEBHOOK_URL", "value": url}));
         }
-        documents.push(serde_yaml::to_string(&document)?);
+        documents.push(serde_norway::to_string(&document)?);
     }
     let image = image.ok_or_else(|| anyhow::anyhow!("deploy/operator.yaml has no Deployment with an image"))?;
     Ok((image, documents.join("---\n")))
