@@ -127,10 +127,10 @@ pub async fn owned_objects(
 ) -> Result<Vec<String>> {
     let namespace = cluster.metadata.namespace.as_deref().unwrap_or_default();
     let inputs = inputs_of(cluster, password, shards, in_use);
-    if let Some(kept) = ctx.applied.kept(key, inputs) {
-        if in_place(ctx, namespace, &kept).await? {
-            return Ok(Vec::new());
-        }
+    if let Some(kept) = ctx.applied.kept(key, inputs)
+        && in_place(ctx, namespace, &kept).await?
+    {
+        return Ok(Vec::new());
     }
     let desired = desired(cluster, password, shards, in_use);
     let mut written = Vec::new();

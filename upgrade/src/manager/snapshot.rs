@@ -82,9 +82,10 @@ impl Snapshot {
     pub fn verified(config_map: &ConfigMap, plan: &SlotkeeperUpgrade) -> Result<Self, String> {
         let name = config_map.metadata.name.as_deref().unwrap_or_default();
         let Some(recorded) = plan.spec.snapshot_digest.as_deref() else {
-            return Err(format!(
+            return Err(
                 "refusing the snapshot: the plan records no spec.snapshotDigest (made by an older `slotkeeper upgrade apply`); delete the plan and run `slotkeeper upgrade apply` again"
-            ));
+                    .into(),
+            );
         };
         let data = config_map.data.clone().unwrap_or_default();
         let found = digest_of(&data);
@@ -312,7 +313,8 @@ mod tests {
     /// Even as recorded, a snapshot may hold only what an upgrade of Slotkeeper touches.
     #[test]
     fn a_snapshot_naming_other_objects_is_refused() {
-        let cases: Vec<(Box<dyn Fn(&mut Snapshot)>, &str)> = vec![
+        type Change = Box<dyn Fn(&mut Snapshot)>;
+        let cases: Vec<(Change, &str)> = vec![
             (
                 Box::new(|s| {
                     s.next_operator.push(json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": "x"}}))
