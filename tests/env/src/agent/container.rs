@@ -34,6 +34,8 @@ pub struct Launch {
 /// tmpfs of its mount namespace, so its user needs no way into the agent's
 /// directories (which may sit under a home directory closed to others).
 const CONFINED_BIN: &str = "/run/slotkeeper-bin";
+/// Where a container's volume sources are bound before being mounted at their paths.
+const STAGED: &str = "/run/slotkeeper-volumes";
 
 /// The root filesystem a container runs in, and as whom.
 #[derive(Debug, Clone, PartialEq)]
@@ -143,8 +145,9 @@ impl Launch {
     /// Shell run inside the new mount namespace: bind every volume, then exec.
     fn mount_script(&self) -> String {
         let mut script = String::from("set -e\n");
-        script += &self.volume_mounts(Path::new("/"));
         let become_user = self.become_user();
+        // Binaries first: a volume mounted over a parent of the agent's
+        // directories (an emptyDir at /tmp) would hide them.
         if become_user.is_some() {
             script += &format!("mkdir -p {CONFINED_BIN}\nmount -t tmpfs -o mode=0755 slotkeeper-bin {CONFINED_BIN}\n");
             let mut binaries: Vec<_> = std::fs::read_dir(&self.bin_dir).into_iter().flatten().flatten().collect();
@@ -155,6 +158,7 @@ impl Launch {
                 script += &format!(": > {t}\nmount --bind {s} {t}\n", t = quote(&target), s = quote(&source));
             }
         }
+        script += &self.volume_mounts(Path::new("/"));
         if self.confinement.read_only_root {
             script += "mount -o remount,bind,ro /\n";
         }
@@ -168,13 +172,25 @@ impl Launch {
 
     /// Binds every volume at its mountPath under `root`, parents before
     /// children (so a nested mountPath is not hidden), read-only ones remounted.
+    /// Every source is first bound into a private staging tmpfs: a volume at
+    /// `/tmp` would otherwise hide the sources of the ones after it when the
+    /// agent's own directory lies under `/tmp`.
     fn volume_mounts(&self, root: &Path) -> String {
         let mut mounts = self.mounts.clone();
         mounts.sort_by_key(|m| m.target.components().count());
         let mut script = String::new();
-        for mount in &mounts {
+        if !mounts.is_empty() {
+            script += &format!("mkdir -p {STAGED}\nmount -t tmpfs -o mode=0700 slotkeeper-volumes {STAGED}\n");
+        }
+        let staged: Vec<PathBuf> = (0..mounts.len()).map(|i| Path::new(STAGED).join(i.to_string())).collect();
+        for (mount, staged) in mounts.iter().zip(&staged) {
+            let (source, at) = (quote(&mount.source), quote(staged));
+            let create = if mount.source.is_file() { format!(": > {at}") } else { format!("mkdir {at}") };
+            script += &format!("{create}\nmount --bind {source} {at}\n");
+        }
+        for (mount, staged) in mounts.iter().zip(&staged) {
             let at = root.join(mount.target.strip_prefix("/").unwrap_or(&mount.target));
-            let (source, target) = (quote(&mount.source), quote(&at));
+            let (source, target) = (quote(staged), quote(&at));
             if mount.source.is_file() {
                 let parent = quote(at.parent().unwrap_or(root));
                 script += &format!("mkdir -p {parent}; [ -e {target} ] || : > {target}\n");
@@ -249,8 +265,12 @@ mod tests {
             confinement: Confinement::default(),
         };
         let script = launch.mount_script();
-        let parent = script.find("mount --bind '/v/it'\\''s' '/etc/redis'\n").expect("parent mount");
-        let child = script.find("mount --bind '/v/conf' '/etc/redis/conf.d'").expect("child mount");
+        // Sources staged first (parents first), then mounted at their paths.
+        assert!(script.contains("mount --bind '/v/it'\\''s' '/run/slotkeeper-volumes/0'\n"), "{script}");
+        assert!(script.contains("mount --bind '/v/conf' '/run/slotkeeper-volumes/1'\n"), "{script}");
+        let parent = script.find("mount --bind '/run/slotkeeper-volumes/0' '/etc/redis'\n").expect("parent mount");
+        let child = script.find("mount --bind '/run/slotkeeper-volumes/1' '/etc/redis/conf.d'").expect("child mount");
+        assert!(script.find("'/run/slotkeeper-volumes/1'\n").unwrap() < parent, "every source staged before any mount");
         assert!(parent < child, "{script}");
         assert!(script.contains("mount -o remount,bind,ro '/etc/redis/conf.d'"));
         assert!(script.ends_with("cd '/w'\nexec \"$@\"\n"));
@@ -269,7 +289,9 @@ mod tests {
             confinement: Confinement::default(),
         };
         let script = launch.rootfs_script(launch.root.as_ref().unwrap());
-        let volume = script.find("mount --bind '/v/token' '/r/var/run/secrets'\n").expect("volume inside the root");
+        let volume = script
+            .find("mount --bind '/run/slotkeeper-volumes/0' '/r/var/run/secrets'\n")
+            .expect("volume inside the root");
         let read_only = script.find("mount -o remount,bind,ro '/r'\n").expect("root read-only");
         let enter = script.find("--root '/r' --workdir '/' --uid 65532 --gid 65532 -- \"$@\"").expect("enter");
         assert!(volume < read_only && read_only < enter, "{script}");
@@ -289,7 +311,7 @@ mod tests {
             confinement: Confinement { user: Some((999, 999, vec![999])), read_only_root: true },
         };
         let script = launch.mount_script();
-        let volume = script.find("mount --bind '/v/data' '/data'\n").expect("volume");
+        let volume = script.find("mount --bind '/run/slotkeeper-volumes/0' '/data'\n").expect("volume");
         let read_only = script.find("mount -o remount,bind,ro /\n").expect("read-only root");
         let exec = script
             .find("exec setpriv --reuid=999 --regid=999 --groups=999 --inh-caps=-all --bounding-set=-all --no-new-privs --pdeathsig KILL -- \"$@\"")
