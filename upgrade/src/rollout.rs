@@ -330,8 +330,12 @@ impl Planner<'_> {
                 }
             };
             if self.now < until {
+                // Right after a step, a recreated Pod's old node id departs and
+                // a handshake runs: expected, so the bake waits for health and
+                // starts over; only the step's timeout (checked above) fails it.
                 if let Err(reason) = &self.view.healthy {
-                    return self.fail(GATE_HEALTHY, format!("during the canary's bake: {reason}"));
+                    self.status.canary_bake_until = Some(Time(self.now + self.target.bake));
+                    return Act::Wait(format!("canary shard {canary} bakes once the cluster is healthy: {reason}"));
                 }
                 let left = until.duration_since(self.now).as_secs_f64().ceil();
                 return Act::Wait(format!("canary shard {canary} bakes {left}s more"));

@@ -166,6 +166,44 @@ fn a_failed_gate_after_the_point_of_no_return_halts_instead() {
     assert_eq!(halted.run(None), RolloutPhase::Completed);
 }
 
+/// Security review finding 10: right after the canary's step, the cluster
+/// still lists the recreated Pod's old id (a departed node not yet marked
+/// failed). The bake waits for health and starts over; it does not fail.
+#[test]
+fn a_departed_node_during_the_bake_is_waited_for_not_a_failed_gate() {
+    let mut sim = Sim::new(3, 1, r70(), r70());
+    while sim.status.canary_bake_until.is_none() {
+        sim.tick(0);
+    }
+    let departed = Err("1 departed node(s) not yet marked failed by the cluster".to_owned());
+    for _ in 0..20 {
+        sim.view.healthy = departed.clone();
+        let decision = next(&sim.view, &sim.target, &sim.status, sim.now + Duration::from_secs(1));
+        assert_eq!(decision.status.phase, RolloutPhase::Progressing, "{:?}", decision.status.message);
+        assert!(
+            matches!(&decision.act, Act::Wait(why) if why.contains("once the cluster is healthy")),
+            "{:?}",
+            decision.act
+        );
+        sim.status = decision.status;
+        sim.now += Duration::from_secs(1);
+    }
+    // The bake starts over from the last unhealthy moment.
+    let until = sim.status.canary_bake_until.as_ref().unwrap().0;
+    assert!(until >= sim.now + sim.target.bake - Duration::from_secs(1));
+    sim.view.healthy = Ok(());
+    assert_eq!(sim.run(None), RolloutPhase::Completed);
+    assert_eq!(sim.recreated.len(), 6, "every Pod recreated once: {:?}", sim.recreated);
+    // Unhealthy for longer than a step may take still fails the gate.
+    let mut stuck = Sim::new(3, 1, r70(), r70());
+    while stuck.status.canary_bake_until.is_none() {
+        stuck.tick(0);
+    }
+    stuck.view.healthy = departed;
+    let late = next(&stuck.view, &stuck.target, &stuck.status, stuck.now + stuck.target.step_timeout * 2);
+    assert!(matches!(late.status.phase, RolloutPhase::RollingBack | RolloutPhase::Halted), "{:?}", late.status);
+}
+
 #[test]
 fn a_rolling_restart_recreates_every_pod_once_replicas_first() {
     let mut sim = Sim::new(3, 1, r70(), r70());

@@ -237,8 +237,12 @@ pub fn plan(
     // Same release, another image: a rollout onto it (every Pod recreated once).
     let hop = path.first().copied().unwrap_or(desired);
     let hop_image = if hop == desired { desired_image } else { hop.image.to_owned() };
+    // A failed restart (onto what runs) does not make the running version
+    // look failed: the nodes run it, and the next RollingRestart may try again.
+    let restart_of_current = hop == current && hop_image == current_image;
     if let Some(failed) = status.upgrade.as_ref().and_then(|u| u.last_rollback.as_ref())
         && status.upgrade.as_ref().is_some_and(|u| u.phase == RolloutPhase::RolledBack)
+        && !restart_of_current
         && failed.gate != GATE_CANCELLED
         && failed.target == hop.release().to_string()
         && failed.target_image == hop_image

@@ -126,6 +126,32 @@ fn a_rolled_back_target_is_held_until_spec_changes() {
     assert_eq!(retried.status.expect("started").to_image, "redis:7.0.15-fixed");
 }
 
+/// Security review finding 10: a RollingRestart that rolled back does not
+/// make the version the nodes run look failed; the next one runs.
+#[test]
+fn a_failed_restart_holds_nothing_and_the_next_restart_runs() {
+    let mut c = cluster("redis", "6.2.14", Some(("redis", "6.2.14")));
+    let current = entry_named("redis 6.2.14").unwrap();
+    let restart = target(&c, current, "redis:6.2.14".into(), current, "redis:6.2.14".into());
+    let mut status = slotkeeper_upgrade::start(&restart, 3, None, 0, now());
+    status.operation = Some("restart-1".into());
+    status.phase = RolloutPhase::RolledBack;
+    status.last_rollback = Some(RollbackStatus {
+        target: "redis 6.2.14".into(),
+        target_image: "redis:6.2.14".into(),
+        gate: "NodeHealthy".into(),
+        reason: "during the canary's bake: 1 departed node(s) not yet marked failed by the cluster".into(),
+        time: None,
+    });
+    c.status.as_mut().unwrap().upgrade = Some(status);
+    let at_rest = plan(&c, &healthy_cluster(), Ok(()), None, now());
+    assert_eq!((at_rest.held, at_rest.refusal, at_rest.action), (None, None, None), "Ready follows health");
+    let again = plan(&c, &healthy_cluster(), Ok(()), Some("restart-2"), now());
+    assert!(again.held.is_none());
+    let started = again.status.expect("the second restart starts");
+    assert_eq!((started.operation.as_deref(), started.phase), (Some("restart-2"), RolloutPhase::Progressing));
+}
+
 #[test]
 fn the_view_reads_roles_versions_and_lag() {
     let mut o = healthy_cluster();
