@@ -390,4 +390,35 @@ async fn a_standby_replica_serves_the_console_and_accepts_the_leaders_sessions()
     assert_eq!(body.matches("data-role=\"master\"").count(), 3, "roles from the standby's own observation");
     let (ok, metrics) = http_get(standby.http_port, "/metrics").await;
     assert!(ok && !metrics.contains(&format!("namespace=\"{ns}\"")), "the standby reconciles nothing");
+
+    // Security review finding 8: sign-in guessing is slowed per client.
+    // Every attempt would be a TokenReview made with the operator's rights;
+    // after a burst of 5 from one address, the standby refuses at once,
+    // even a good token, and says when to try again.
+    let mut flashes = Vec::new();
+    for token in ["guess-1", "guess-2", "guess-3", "guess-4", "guess-5", "guess-6", "guess-7"]
+        .into_iter()
+        .map(String::from)
+        .chain([user_token(env, "alice")])
+    {
+        let headers = ["Sec-Fetch-Site: same-origin".to_owned(), "Accept: text/html".to_owned()];
+        let form = format!("token={token}");
+        let (status, head, _) =
+            http_request_to("127.0.0.1", standby.http_port, "POST", "/actions/sign-in", &headers, Some(&form)).await;
+        assert_eq!(status, 302, "{head}");
+        let flash = head
+            .lines()
+            .filter_map(|l| l.strip_prefix("set-cookie: "))
+            .find(|c| c.starts_with("slotkeeper_flash="))
+            .and_then(|c| c.split(';').next())
+            .expect("a one-time message")
+            .to_owned();
+        let (_, _, body) = http_request(standby.http_port, "GET", "/signin", &[format!("Cookie: {flash}")], None).await;
+        flashes.push(body);
+    }
+    for (i, body) in flashes.iter().enumerate() {
+        let limited = body.contains("Too many sign-in attempts; try again in");
+        assert_eq!(limited, i >= 5, "attempt {}: limited {limited}", i + 1);
+    }
+    assert!(!flashes[7].contains("Signed in as"), "a good token waits its turn too");
 }

@@ -371,6 +371,15 @@ pub(crate) mod server {
         let Some(key) = request.console.keys.get() else {
             return finish(&request, &back, refused("The console is still starting; try again in a moment."));
         };
+        // Each attempt is a TokenReview made with the operator's rights.
+        let client = use_context::<http::request::Parts>().and_then(|p| {
+            p.extensions.get::<axum::extract::ConnectInfo<std::net::SocketAddr>>().map(|info| info.0.ip())
+        });
+        if let Err(wait) = request.console.sign_ins.attempt(client, std::time::Instant::now()) {
+            tracing::warn!(client = ?client, "console: sign-in attempts limited");
+            let seconds = wait.as_secs().max(1);
+            return finish(&request, &back, refused(format!("Too many sign-in attempts; try again in {seconds} s.")));
+        }
         let review =
             TokenReview { spec: TokenReviewSpec { token: token.clone(), audiences: None }, ..Default::default() };
         let api: Api<TokenReview> = Api::all(request.console.client.clone());

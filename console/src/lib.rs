@@ -17,6 +17,7 @@
 pub mod access;
 pub mod actions;
 pub mod keys;
+pub mod limits;
 pub mod live;
 pub mod pages;
 pub mod render;
@@ -60,6 +61,7 @@ pub struct Console {
     pub(crate) access: Access,
     pub(crate) keys: Arc<SessionKeys>,
     pub(crate) renders: Renders,
+    pub(crate) sign_ins: limits::SignInLimiter,
 }
 
 /// The console's routes, to merge beside the operator's. The session key is
@@ -73,6 +75,7 @@ pub fn router(config: ConsoleConfig) -> Router {
         access: Access::default(),
         keys,
         renders: Renders::default(),
+        sign_ins: limits::SignInLimiter::default(),
     })
 }
 

@@ -133,23 +133,29 @@ pub struct Flash {
     pub text: String,
 }
 
-/// The value of cookie `name` in the request.
+/// The prefix browsers keep for cookies set over HTTPS by this very host, for
+/// the whole site (Secure, Path=/, no Domain): no other host or plain-HTTP
+/// page can plant or overwrite one.
+const HOST_ONLY: &str = "__Host-";
+
+/// The value of cookie `name` in the request: over TLS only its `__Host-` form.
 pub fn cookie<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
+    let name = if over_tls(headers) { format!("{HOST_ONLY}{name}") } else { name.to_owned() };
     headers
         .get_all(http::header::COOKIE)
         .iter()
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(';'))
         .filter_map(|pair| pair.trim().split_once('='))
-        .find(|(key, _)| *key == name)
+        .find(|(key, _)| *key == name.as_str())
         .map(|(_, value)| value)
 }
 
 /// A `Set-Cookie` value: HttpOnly, SameSite=Strict, `Secure` when the
 /// console is reached over TLS; `max_age` 0 deletes the cookie.
 pub fn set_cookie(name: &str, value: &str, max_age: i64, secure: bool) -> http::HeaderValue {
-    let secure = if secure { "; Secure" } else { "" };
-    let text = format!("{name}={value}; Path=/; Max-Age={max_age}; HttpOnly; SameSite=Strict{secure}");
+    let (prefix, secure) = if secure { (HOST_ONLY, "; Secure") } else { ("", "") };
+    let text = format!("{prefix}{name}={value}; Path=/; Max-Age={max_age}; HttpOnly; SameSite=Strict{secure}");
     http::HeaderValue::from_str(&text).expect("cookie values are URL-safe base64")
 }
 
@@ -214,6 +220,22 @@ mod tests {
         let set = set_cookie(SESSION_COOKIE, "abc", 60, true);
         let text = set.to_str().unwrap();
         assert!(text.contains("HttpOnly") && text.contains("SameSite=Strict") && text.contains("Secure"));
+        assert!(text.starts_with("__Host-slotkeeper_session=abc; Path=/;") && !text.contains("Domain"), "{text}");
         assert!(!set_cookie(SESSION_COOKIE, "", 0, false).to_str().unwrap().contains("Secure"));
+    }
+
+    /// Over HTTPS only the `__Host-` cookie counts: one planted without the
+    /// prefix (by a sibling host or a plain-HTTP page) is not read.
+    #[test]
+    fn over_tls_only_the_host_only_cookie_is_read() {
+        let mut headers = HeaderMap::new();
+        headers.insert("x-forwarded-proto", "https".parse().unwrap());
+        headers.insert(http::header::COOKIE, "slotkeeper_session=planted".parse().unwrap());
+        assert_eq!(cookie(&headers, SESSION_COOKIE), None);
+        headers.insert(
+            http::header::COOKIE,
+            "slotkeeper_session=planted; __Host-slotkeeper_session=ours".parse().unwrap(),
+        );
+        assert_eq!(cookie(&headers, SESSION_COOKIE), Some("ours"));
     }
 }

@@ -34,7 +34,8 @@ pub fn router(state: ServerState) -> Router {
 pub async fn serve(addr: SocketAddr, app: Router) -> std::io::Result<()> {
     let listener = tokio::net::TcpListener::bind(addr).await?;
     tracing::info!(%addr, "serving HTTP");
-    axum::serve(listener, app).await
+    // The peer address reaches handlers (the console limits sign-ins per client).
+    axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>()).await
 }
 
 async fn readyz(State(state): State<ServerState>) -> impl IntoResponse {
