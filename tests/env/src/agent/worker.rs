@@ -357,11 +357,15 @@ impl PodWorker {
             None => spec::host_confinement(pod, &container).map_err(config_error)?,
         };
         let image_dir = image.oci.as_ref().map(|oci| PathBuf::from(&oci.working_dir));
+        // A confined container starts in `/`, as on a kubelet without an
+        // image WORKDIR: the agent's directory may lie under one of its
+        // volumes (an emptyDir at /tmp) and is not its user's to enter.
+        let default_dir = if confinement.user.is_some() { PathBuf::from("/") } else { work_dir };
         let launch = Launch {
             argv,
             env,
             mounts,
-            working_dir: container.working_dir.clone().map(PathBuf::from).or(image_dir).unwrap_or(work_dir),
+            working_dir: container.working_dir.clone().map(PathBuf::from).or(image_dir).unwrap_or(default_dir),
             bin_dir,
             log_path: container_dir.join("output.log"),
             root,
