@@ -132,7 +132,7 @@ pub fn next_manifests() -> tempfile::TempDir {
     let root = tools::repo_root();
     let dir = tempfile::tempdir().unwrap();
     std::fs::create_dir(dir.path().join("crds")).unwrap();
-    for file in ["00-namespace.yaml", "rbac.yaml", "console-rbac.yaml"] {
+    for file in ["00-namespace.yaml", "rbac.yaml", "console-rbac.yaml", "admission.yaml"] {
         std::fs::copy(root.join("deploy").join(file), dir.path().join(file)).unwrap();
     }
     let url = slotkeeper_env::crds::webhook_url(webhook_port());
