@@ -7,8 +7,8 @@
 mod common;
 
 use common::*;
+use slotkeeper_api::admission::operator_user;
 
-const OPERATOR: &str = "system:serviceaccount:slotkeeper-system:slotkeeper";
 /// The committed rows, per namespace asked about; `SLOTKEEPER_BLESS=1`
 /// rewrites it (review the diff: every new row is a new right).
 const RIGHTS_FILE: &str = "tests/operator_rights.txt";
@@ -24,7 +24,8 @@ fn install_deploy(env: &slotkeeper_env::Environment) {
 
 /// `can-i --list` rows, whitespace collapsed and sorted (the order is not part of the answer).
 fn rights_in(env: &slotkeeper_env::Environment, namespace: &str) -> Vec<String> {
-    let (ok, out) = kubectl(env, &["auth", "can-i", "--list", "-n", namespace, &format!("--as={OPERATOR}")], None);
+    let (ok, out) =
+        kubectl(env, &["auth", "can-i", "--list", "-n", namespace, &format!("--as={}", operator_user())], None);
     assert!(ok, "{out}");
     let mut rows: Vec<String> = out
         .lines()
@@ -52,7 +53,7 @@ async fn the_operator_holds_exactly_the_committed_rights_and_its_writes_are_fenc
         ("a-tenant-namespace", tenant.as_str()),
         ("slotkeeper-system", "slotkeeper-system"),
     ] {
-        listed.push_str(&format!("# kubectl auth can-i --list -n {label} --as={OPERATOR}\n"));
+        listed.push_str(&format!("# kubectl auth can-i --list -n {label} --as={}\n", operator_user()));
         for row in rights_in(env, ns) {
             listed.push_str(&row);
             listed.push('\n');
@@ -72,7 +73,7 @@ async fn the_operator_holds_exactly_the_committed_rights_and_its_writes_are_fenc
     }
 
     // The fence is enforced once the apiserver has loaded the policy.
-    let as_operator = format!("--as={OPERATOR}");
+    let as_operator = format!("--as={}", operator_user());
     let attempt = |args: &[&str], stdin: Option<&str>| {
         let mut all = vec![as_operator.as_str()];
         all.extend_from_slice(args);

@@ -17,7 +17,7 @@ pub const CONDITION_ROLLED_BACK: &str = "RolledBack";
 
 /// Where the manager keeps what it restores on rollback and what it installs:
 /// ConfigMap `slotkeeper-upgrade-<plan>` in the operator's namespace.
-pub const OPERATOR_NAMESPACE: &str = "slotkeeper-system";
+pub const OPERATOR_NAMESPACE: &str = crate::names::OPERATOR_NAMESPACE;
 pub const OPERATOR_DEPLOYMENT: &str = "slotkeeper";
 /// The one-replica Deployment of the new release that runs a plan until the
 /// operator's own Deployment runs that release.

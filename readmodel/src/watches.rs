@@ -108,7 +108,11 @@ async fn watch_events(api: Api<Event>, kind: &'static str, inner: Arc<Inner>) {
             Ok(Watched::Init) => relisted.clear(),
             Ok(Watched::InitApply(event)) => relisted.extend(relevant(&event, kind)),
             Ok(Watched::InitDone) => {
-                relisted.retain(|view| managed(&inner, &view.namespace));
+                if *inner.synced.borrow() {
+                    let managed: std::collections::HashSet<String> =
+                        inner.clusters.state().iter().filter_map(|c| c.namespace()).collect();
+                    relisted.retain(|view| managed.contains(&view.namespace));
+                }
                 inner.events.replace_kind(kind, std::mem::take(&mut relisted));
                 inner.notify(Change::Everything);
             }
