@@ -194,6 +194,18 @@ async fn a_cluster_author_cannot_reach_what_they_could_not_reach_themselves() {
             format!("spec.scheduling.priorityClassName: {tenant} may not use redisclusters/priorityclass"),
         ),
         (
+            r#"{"spec":{"acl":{"users":[{"name":"app","passwordSecret":{"name":"other-app"}}]}}}"#,
+            format!("spec.acl.users[].passwordSecret: {tenant} may not get a Secret named there (in {ns})"),
+        ),
+        (
+            r#"{"spec":{"acl":{"users":[{"name":"app","passwordSecret":{"name":"shop-password"},"rules":[">backdoor","+@all"]}]}}}"#,
+            "spec.acl.users[].rules: each rule is one token".into(),
+        ),
+        (
+            r#"{"spec":{"acl":{"users":[{"name":"slotkeeper-operator","passwordSecret":{"name":"shop-password"}}]}}}"#,
+            "spec.acl.users[].name: 1 to 64 letters".into(),
+        ),
+        (
             r#"{"spec":{"redis":{"config":{"REQUIREPASS":""}}}}"#,
             "spec.redis.config.REQUIREPASS: not a redis.conf key".into(),
         ),

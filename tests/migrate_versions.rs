@@ -12,7 +12,7 @@ use common::writer::{ClusterClient, assert_none_lost, slot_of};
 use slotkeeper_env::agent::images::ImageTable;
 use slotkeeper_env::process::{ManagedProcess, ProcessSpec};
 use slotkeeper_env::tools::repo_root;
-use slotkeeper_operator::redis::client::{REDIS_PORT, RedisNode};
+use slotkeeper_operator::redis::client::{Login, Logins, REDIS_PORT, RedisNode};
 use slotkeeper_operator::redis::migrate::{self, Pair, SlotTransfer};
 use slotkeeper_operator::redis::topology::{ClusterNode, parse_cluster_nodes};
 
@@ -100,8 +100,11 @@ async fn moves_a_batch_on(image: &str) {
     assert!(in_batch > 0, "{image}: some seeded keys fall in the batch");
 
     let mut nodes = Vec::new();
+    // These nodes have only the `default` user.
+    let login = Login { user: None, password: PASSWORD.into() };
+    let logins = Logins { own: login.clone(), fallback: login };
     for ip in &ips {
-        nodes.push(RedisNode::connect(ip, PASSWORD).await.unwrap());
+        nodes.push(RedisNode::connect(ip, &logins).await.unwrap());
     }
     let ids: Vec<String> = ips.iter().map(|ip| redis_cli(&["-h", ip, "cluster", "myid"]).trim().to_owned()).collect();
     let source_ranges = ranges_of(&view_from(&ips[0]), &ids[0]);
@@ -120,7 +123,7 @@ async fn moves_a_batch_on(image: &str) {
         target_id: &ids[1],
         target_ip: &ips[1],
     };
-    let moved = migrate::transfer(pair, &slots, PASSWORD, &|| {}).await.unwrap();
+    let moved = migrate::transfer(pair, &slots, &|| {}).await.unwrap();
     assert_eq!((moved.slots, moved.keys), (MOVED as usize, in_batch), "{image}: slots and keys moved");
 
     // One broadcast for the claim (2 messages here) plus ordinary gossip;

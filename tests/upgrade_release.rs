@@ -290,6 +290,20 @@ async fn slotkeeper_upgrades_itself_from_the_previous_release_with_redis_untouch
         }
     }
     eprintln!("placement changes by the new release:\n{placed}");
+    // The nodes the previous release started got their ACL users live (no
+    // restart, checked above); a paused cluster is left as it is, users too.
+    let running = before.keys().filter_map(|k| k.split_once('/')).map(|(ns, _)| ns).filter(|ns| *ns != "up-idle");
+    for ns in running.collect::<BTreeSet<_>>() {
+        let events = Api::<k8s_openapi::api::core::v1::Event>::namespaced(client.clone(), ns);
+        let applied = events
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .any(|e| e.reason.as_deref() == Some("UsersApplied"));
+        assert!(applied, "{ns}: no UsersApplied event after the upgrade");
+    }
     let mut reader = ClusterClient::new(ips, &password).await;
     assert_all_read_back(&mut reader, &seeds, &writer, "after the upgrade").await;
     let record = writer.stop().await;
@@ -334,12 +348,15 @@ async fn slotkeeper_upgrades_itself_from_the_previous_release_with_redis_untouch
         write.strip_prefix("delete pods/ ").is_some_and(|pod| placed.contains(&format!("recreating replica {pod} ")))
     };
     let reported = |write: &str| write.starts_with("create events/") || write.starts_with("patch events/");
-    // This release renders the auth config quoted, gives Redis Pods a
-    // securityContext and admits the operator to Redis by namespace name: it
-    // rewrites those objects once each (the StatefulSets are OnDelete: no Pod
-    // changes until a rollout; checked above).
+    // This release renders the auth config quoted with ACL users, gives Redis
+    // Pods a securityContext and admits the operator to Redis by namespace
+    // name: it rewrites those objects once each (the StatefulSets are
+    // OnDelete: no Pod changes until a rollout; checked above), and makes
+    // each cluster's `<cluster>-acl` Secret once (the users go to the running
+    // nodes live, with ACL SETUSER).
     let rerendered = |write: &str| {
         (write.starts_with("patch secrets/ ") && write.ends_with("-auth-conf"))
+            || (write.starts_with("create secrets/ ") && write.ends_with("-acl"))
             || (write.starts_with("patch statefulsets/ ") && write.contains("-shard-"))
             || write.starts_with("patch networkpolicies/ ")
     };

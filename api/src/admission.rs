@@ -63,6 +63,16 @@ fn validations() -> Vec<Value> {
             "reason": "Forbidden",
         }),
         json!({
+            // Each application user's password Secret: one the author may
+            // read, unless an earlier version of the object named it already.
+            "expression": format!(
+                "!has(object.spec.acl) || !has(object.spec.acl.users) || object.spec.acl.users.all(u, {known} || authorizer.group('').resource('secrets').namespace(object.metadata.namespace).name(u.passwordSecret.name).check('get').allowed())",
+                known = "(oldObject != null && has(oldObject.spec.acl) && has(oldObject.spec.acl.users) && oldObject.spec.acl.users.exists(o, o.passwordSecret.name == u.passwordSecret.name))"
+            ),
+            "messageExpression": "'spec.acl.users[].passwordSecret: ' + request.userInfo.username + ' may not get a Secret named there (in ' + object.metadata.namespace + '), and a RedisCluster may only use Secrets its author can read: name Secrets you can read'",
+            "reason": "Forbidden",
+        }),
+        json!({
             "expression": format!(
                 "{} || object.spec.redis.image in [{images}] || {}",
                 unchanged("spec.redis.image"),

@@ -82,6 +82,10 @@ pub struct RedisClusterSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub auth: Option<AuthSpec>,
 
+    /// ACL users: applications' own users, and whether the `default` user may sign in.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub acl: Option<crate::acl::AclSpec>,
+
     /// How version rollouts go (canary bake time, step timeout).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rollout: Option<RolloutSpec>,
@@ -255,6 +259,22 @@ pub struct RedisClusterStatus {
     /// The furthest any replica is behind its master (`kubectl get rdc -o wide`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub replication_lag: Option<ReplicationLag>,
+    /// The ACL users every node was last given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub acl: Option<AclStatus>,
+}
+
+/// What the operator last applied to every node's users (`ACL SETUSER`).
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct AclStatus {
+    /// A digest of the users, their rules and passwords (keyed by the
+    /// operator's own secret password, so it reveals nothing).
+    pub revision: String,
+    /// The application users applied; one removed from the spec is deleted
+    /// from the nodes, while users made by hand are left alone.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub users: Vec<String>,
 }
 
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]

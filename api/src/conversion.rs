@@ -65,6 +65,7 @@ fn cluster_spec_to_v1(old: v1alpha1::RedisClusterSpec, carried: V1OnlyFields) ->
         resources,
         storage,
         auth,
+        acl,
         config,
         upgrade,
         paused,
@@ -77,6 +78,7 @@ fn cluster_spec_to_v1(old: v1alpha1::RedisClusterSpec, carried: V1OnlyFields) ->
         resources,
         storage,
         auth,
+        acl,
         rollout: upgrade.map(|u| RolloutSpec {
             canary_bake_seconds: u.canary_bake_seconds,
             step_timeout_seconds: u.step_timeout_seconds,
@@ -97,6 +99,7 @@ fn cluster_spec_to_v1alpha1(new: RedisClusterSpec) -> (v1alpha1::RedisClusterSpe
         resources,
         storage,
         auth,
+        acl,
         rollout,
         placement,
         balance,
@@ -112,6 +115,7 @@ fn cluster_spec_to_v1alpha1(new: RedisClusterSpec) -> (v1alpha1::RedisClusterSpe
         resources,
         storage,
         auth,
+        acl,
         config,
         upgrade: rollout.map(|r| UpgradeSpec {
             canary_bake_seconds: r.canary_bake_seconds,

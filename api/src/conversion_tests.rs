@@ -103,10 +103,19 @@ fn config() -> impl Strategy<Value = BTreeMap<String, String>> {
 prop_compose! {
     fn old_spec()(masters in 3i32..20, replicas_per_master in 0i32..6, engine in engine(), version in "[0-9]\\.[0-9]\\.[0-9]{1,2}",
         image in option::of("[a-z/:.0-9]{1,20}"), resources in resources(), storage in storage(), auth in auth(),
-        config in config(), upgrade in option::of((seconds(), seconds())), paused in any::<bool>(), scheduling in scheduling())
+        config in config(), upgrade in option::of((seconds(), seconds())), paused in any::<bool>(), scheduling in scheduling(),
+        acl in option::of((any::<bool>(), "[a-z]{1,8}", "[+~][a-z*]{1,8}")))
         -> v1alpha1::RedisClusterSpec {
         let upgrade = upgrade.map(|(canary_bake_seconds, step_timeout_seconds)| UpgradeSpec { canary_bake_seconds, step_timeout_seconds });
-        v1alpha1::RedisClusterSpec { masters, replicas_per_master, engine, version, image, resources, storage, auth, config, upgrade, paused, scheduling }
+        let acl = acl.map(|(off, name, rule)| crate::acl::AclSpec {
+            default_user: if off { crate::acl::DefaultUser::Disabled } else { crate::acl::DefaultUser::Enabled },
+            users: vec![crate::acl::AclUser {
+                name,
+                password_secret: crate::acl::SecretKeyRef { name: "app".into(), key: "password".into() },
+                rules: vec![rule],
+            }],
+        });
+        v1alpha1::RedisClusterSpec { masters, replicas_per_master, engine, version, image, resources, storage, auth, acl, config, upgrade, paused, scheduling }
     }
 }
 

@@ -5,6 +5,7 @@
 //! console can depend on it without pulling the reconcile in.
 #![forbid(unsafe_code)]
 
+pub mod acl;
 pub mod admission;
 pub mod balance;
 pub mod balancing;

@@ -78,6 +78,10 @@ pub struct RedisClusterSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub auth: Option<AuthSpec>,
 
+    /// ACL users (see `v1`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub acl: Option<crate::acl::AclSpec>,
+
     /// redis.conf overrides (allow-listed keys only).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     #[schemars(schema_with = "config_schema")]

@@ -20,6 +20,7 @@ use serde_json::{Value, json};
 use crate::api::RedisCluster;
 use crate::api::catalog::{self, CatalogEntry};
 use crate::api::names::*;
+use crate::controller::users::ClusterUsers;
 use crate::redis::client::REDIS_PORT;
 
 pub const BUS_PORT: u16 = 16379;
@@ -44,6 +45,10 @@ impl Names<'_> {
     }
     pub fn auth_config_secret(&self) -> String {
         format!("{}-auth-conf", self.0)
+    }
+    /// The operator's and replication's generated passwords.
+    pub fn acl_secret(&self) -> String {
+        format!("{}-acl", self.0)
     }
     pub fn config_map(&self) -> String {
         format!("{}-config", self.0)
@@ -165,11 +170,19 @@ pub fn redis_conf(cluster: &RedisCluster, entry: &CatalogEntry, in_use: &[&Catal
     conf
 }
 
-/// auth.conf, kept in a Secret: the password for clients and for replication.
-pub fn auth_conf(password: &str) -> String {
-    // Any byte of a user's password is escaped: a newline in it must not end the directive.
-    let quoted = slotkeeper_api::redis_config::quote_token(password);
-    format!("requirepass {quoted}\nmasterauth {quoted}\n")
+/// auth.conf, kept in a Secret: every user (passwords as sha256 hashes) and
+/// how replicas sign in to their master, the one password kept in the clear.
+pub fn auth_conf(users: &ClusterUsers) -> String {
+    // Every token quoted and escaped: no byte of a user's input ends a directive.
+    let quote = slotkeeper_api::redis_config::quote_token;
+    let mut conf = String::new();
+    for user in &users.users {
+        let rules: Vec<String> = user.rules.iter().map(|r| quote(r)).collect();
+        conf += &format!("user {} {}\n", quote(&user.name), rules.join(" "));
+    }
+    conf += &format!("masteruser {}\n", slotkeeper_api::acl::REPLICATION_USER);
+    conf += &format!("masterauth {}\n", quote(&users.replication_password));
+    conf
 }
 
 /// One file per release the nodes may run now (`redis-7.0.15.conf`, ...).
@@ -191,13 +204,13 @@ pub fn config_map(cluster: &RedisCluster, in_use: &[&CatalogEntry]) -> Value {
     })
 }
 
-pub fn auth_secret(cluster: &RedisCluster, password: &str) -> Value {
+pub fn auth_secret(cluster: &RedisCluster, users: &ClusterUsers) -> Value {
     let name = Names(&cluster.name_any()).auth_config_secret();
     json!({
         "apiVersion": "v1", "kind": "Secret",
         "metadata": meta(cluster, name, &[]),
         "type": "Opaque",
-        "stringData": { "auth.conf": auth_conf(password) },
+        "stringData": { "auth.conf": auth_conf(users) },
     })
 }
 
@@ -208,6 +221,17 @@ pub fn generated_password_secret(cluster: &RedisCluster, password: &str) -> Valu
         "metadata": meta(cluster, name, &[]),
         "type": "Opaque",
         "stringData": { "password": password },
+    })
+}
+
+/// `<cluster>-acl`: the operator's and replication's passwords, made once.
+pub fn acl_secret(cluster: &RedisCluster, operator: &str, replication: &str) -> Value {
+    use crate::controller::users::{OPERATOR_KEY, REPLICATION_KEY};
+    json!({
+        "apiVersion": "v1", "kind": "Secret",
+        "metadata": meta(cluster, Names(&cluster.name_any()).acl_secret(), &[]),
+        "type": "Opaque",
+        "stringData": { OPERATOR_KEY: operator, REPLICATION_KEY: replication },
     })
 }
 

@@ -81,10 +81,18 @@ fn config_puts_operator_keys_first_and_derives_maxmemory() {
 }
 
 #[test]
-fn auth_conf_quotes_the_password() {
-    assert_eq!(auth_conf("pa\"ss"), "requirepass \"pa\\\"ss\"\nmasterauth \"pa\\\"ss\"\n");
-    // A newline in a user's password must not end the line and start a directive.
-    assert_eq!(auth_conf("pw\nuser x"), "requirepass \"pw\\x0auser x\"\nmasterauth \"pw\\x0auser x\"\n");
+fn auth_conf_holds_users_by_hash_and_quotes_the_replication_password() {
+    let users = crate::controller::users::build(&Default::default(), "pw\nuser x", "op", "re\"pl\nuser y", &[]);
+    let conf = auth_conf(&users);
+    let lines: Vec<&str> = conf.lines().collect();
+    assert_eq!(lines.len(), 5, "{conf}");
+    assert!(lines[0].starts_with("user slotkeeper-operator reset on \"#"), "{conf}");
+    assert!(lines[1].starts_with("user slotkeeper-replication reset on \"#"), "{conf}");
+    assert!(lines[2].starts_with("user default reset on \"#") && lines[2].ends_with(" \"~*\" \"&*\" +@all"), "{conf}");
+    // A newline in a password must not end the line and start a directive;
+    // only replication's is in the clear, quoted.
+    assert_eq!(lines[3..], ["masteruser slotkeeper-replication", "masterauth \"re\\\"pl\\x0auser y\""]);
+    assert!(!conf.contains("pw") && !conf.contains("op\n"));
 }
 
 #[test]

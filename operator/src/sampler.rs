@@ -9,16 +9,15 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::jiff::Timestamp;
-use kube::{Api, Client, ResourceExt as _};
+use kube::{Client, ResourceExt as _};
 use slotkeeper_api::{RedisCluster, StepStatus};
 use slotkeeper_readmodel::{ClusterKey, Publisher, ReadModel, Source};
 
 use crate::controller::observe;
 use crate::plan::PodFact;
+use crate::redis::client::Logins;
 use crate::redis::pool::Pool;
-use crate::resources;
 
 /// How often each cluster is sampled; a reconcile's observation counts too.
 pub const PERIOD: Duration = Duration::from_secs(10);
@@ -28,13 +27,13 @@ pub struct Sampler {
     readmodel: ReadModel,
     publisher: Publisher,
     redis: Pool,
-    /// Passwords read once per cluster; dropped when a cluster stops answering.
-    passwords: Mutex<HashMap<ClusterKey, String>>,
+    /// Logins read once per cluster; dropped when a cluster stops answering.
+    logins: Mutex<HashMap<ClusterKey, Logins>>,
 }
 
 impl Sampler {
     pub fn new(client: Client, readmodel: ReadModel, publisher: Publisher) -> Self {
-        Self { client, readmodel, publisher, redis: Pool::default(), passwords: Default::default() }
+        Self { client, readmodel, publisher, redis: Pool::default(), logins: Default::default() }
     }
 
     /// Samples until dropped (the replica became leader, or stops).
@@ -60,12 +59,12 @@ impl Sampler {
         if pods.is_empty() {
             return;
         }
-        let Some(password) = self.password(cluster, &key).await else { return };
+        let Some(logins) = self.logins(cluster, &key).await else { return };
         let pool_key = key.to_string();
-        let redis = observe::redis(&self.redis, &pool_key, &pods, &password).await;
+        let redis = observe::redis(&self.redis, &pool_key, &pods, &logins).await;
         if redis.is_empty() {
             // A rotated password looks like this too: read it again next time.
-            self.passwords.lock().expect("passwords lock").remove(&key);
+            self.logins.lock().expect("logins lock").remove(&key);
         }
         // Idle until the next sample, connections would only hold buffers.
         self.redis.forget_cluster(&pool_key);
@@ -74,22 +73,18 @@ impl Sampler {
         self.publisher.publish(&key, observation);
     }
 
-    async fn password(&self, cluster: &RedisCluster, key: &ClusterKey) -> Option<String> {
-        if let Some(password) = self.passwords.lock().expect("passwords lock").get(key) {
-            return Some(password.clone());
+    async fn logins(&self, cluster: &RedisCluster, key: &ClusterKey) -> Option<Logins> {
+        if let Some(logins) = self.logins.lock().expect("logins lock").get(key) {
+            return Some(logins.clone());
         }
-        let (secret, field) = resources::password_source(cluster);
-        let secrets: Api<Secret> = Api::namespaced(self.client.clone(), &key.namespace);
-        let found = match secrets.get_opt(&secret).await {
-            Ok(found) => found,
-            Err(error) => {
-                tracing::debug!(cluster = %key.name, namespace = %key.namespace, %error, "sampler cannot read the password Secret");
-                return None;
-            }
-        };
-        let value = found?.data?.get(&field).map(|v| String::from_utf8_lossy(&v.0).into_owned())?;
-        self.passwords.lock().expect("passwords lock").insert(key.clone(), value.clone());
-        Some(value)
+        let found = crate::controller::users::logins(&self.client, cluster, &key.namespace).await;
+        let logins = found
+            .inspect_err(|error| {
+                tracing::debug!(cluster = %key.name, namespace = %key.namespace, %error, "sampler cannot read the cluster's logins");
+            })
+            .ok()?;
+        self.logins.lock().expect("logins lock").insert(key.clone(), logins.clone());
+        Some(logins)
     }
 }
 

@@ -9,12 +9,15 @@ use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use kube::api::{Api, DeleteParams};
 
 use super::Context;
+use super::users::ClusterUsers;
 use crate::api::catalog;
 use crate::error::{Error, Result};
 use crate::failpoint;
 use crate::plan::{Action, Batch, PodFact};
+use crate::redis::client::{Logins, RedisNode};
 use crate::redis::migrate::{self, Moved, Pair};
 use crate::resources::Names;
+use slotkeeper_api::acl::REPLICATION_USER;
 
 /// Redis's own limit for a manual failover (`CLUSTER_MF_TIMEOUT`): past it
 /// the replica gives up, and a later plan may ask again.
@@ -38,7 +41,11 @@ pub struct Target<'a> {
     pub cluster: &'a str,
     /// The key of the cluster's pooled connections.
     pub key: &'a str,
-    pub password: &'a str,
+    pub logins: &'a Logins,
+    /// The users every node should have, and application users status says
+    /// were applied before (one no longer declared is deleted).
+    pub users: &'a ClusterUsers,
+    pub applied_before: &'a [String],
     /// The release the nodes run (what commands they understand).
     pub release: Option<&'static catalog::CatalogEntry>,
 }
@@ -71,7 +78,7 @@ async fn act_on(
     let ip_of: BTreeMap<&str, &str> = pods.iter().filter_map(|p| Some((p.name.as_str(), p.ip.as_deref()?))).collect();
     let connect = |pod: &str| {
         let ip = ip_of.get(pod).copied().unwrap_or_default().to_owned();
-        async move { ctx.redis.node(target.key, &ip, target.password).await }
+        async move { ctx.redis.node(target.key, &ip, target.logins).await }
     };
     let event = |reason: &str, note: String| Ok(Some((reason.to_owned(), note)));
     match action {
@@ -223,15 +230,48 @@ async fn act_on(
             }
             event("ShardRemoved", format!("shard {shard} drained of all slots; deleted StatefulSet {name}"))
         }
+        Action::ApplyUsers { pods, .. } => {
+            let mut nodes = try_join_all(pods.iter().map(|pod| connect(pod))).await?;
+            apply_users(&mut nodes, target.users, target.applied_before).await?;
+            // Connections signed in as `default` reconnect as the operator's own user.
+            ctx.redis.forget_cluster(target.key);
+            let names: Vec<&str> = target.users.users.iter().map(|u| u.name.as_str()).collect();
+            event("UsersApplied", format!("applied ACL users {} to {} node(s)", names.join(", "), pods.len()))
+        }
         // Reading and deciding only: see `balance::plan` and `report::record_balance`.
         Action::PlanBalance { .. } | Action::FinishBalance { .. } => Ok(None),
         Action::Wait(_) | Action::Refused(_) | Action::Converged => Ok(None),
     }
 }
 
+/// Every node in three rounds, so nothing signs in with what is not there
+/// yet: the users (but `default`) on every node; then replicas sign in to
+/// their master as the replication user; then the `default` user, which
+/// may be turning off. Application users declared before and gone now are
+/// deleted; users made by hand are not touched.
+async fn apply_users(nodes: &mut [RedisNode], users: &ClusterUsers, applied_before: &[String]) -> Result<()> {
+    let (default, others) = users.users.split_last().expect("the default user is always there");
+    let gone: Vec<&String> = applied_before.iter().filter(|name| !users.applications.contains(name)).collect();
+    let gone = &gone;
+    try_join_all(nodes.iter_mut().map(|node| async move {
+        for user in others {
+            node.set_user(&user.name, &user.rules).await?;
+        }
+        for name in gone {
+            node.delete_user(name).await?;
+        }
+        Ok::<_, Error>(())
+    }))
+    .await?;
+    try_join_all(nodes.iter_mut().map(|node| node.sign_in_to_master(REPLICATION_USER, &users.replication_password)))
+        .await?;
+    try_join_all(nodes.iter_mut().map(|node| node.set_user(&default.name, &default.rules))).await?;
+    Ok(())
+}
+
 async fn move_batch(ctx: &Context, target: &Target<'_>, batch: &Batch) -> Result<Moved> {
-    let mut source = ctx.redis.node(target.key, &batch.source.ip, target.password).await?;
-    let mut destination = ctx.redis.node(target.key, &batch.target.ip, target.password).await?;
+    let mut source = ctx.redis.node(target.key, &batch.source.ip, target.logins).await?;
+    let mut destination = ctx.redis.node(target.key, &batch.target.ip, target.logins).await?;
     let pair = Pair {
         source: &mut source,
         source_id: &batch.source.id,
@@ -239,5 +279,5 @@ async fn move_batch(ctx: &Context, target: &Target<'_>, batch: &Batch) -> Result
         target_id: &batch.target.id,
         target_ip: &batch.target.ip,
     };
-    Ok(migrate::transfer(pair, &batch.slots, target.password, &|| failpoint::hit(failpoint::MID_MIGRATION)).await?)
+    Ok(migrate::transfer(pair, &batch.slots, &|| failpoint::hit(failpoint::MID_MIGRATION)).await?)
 }

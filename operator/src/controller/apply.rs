@@ -15,6 +15,7 @@ use kube::core::PartialObjectMeta;
 use serde_json::Value;
 
 use super::Context;
+use super::users::ClusterUsers;
 use crate::api::RedisCluster;
 use crate::api::catalog::CatalogEntry;
 use crate::api::names::{ANNOTATION_SPEC_HASH, FIELD_MANAGER};
@@ -51,29 +52,30 @@ impl Desired {
 /// Every object the cluster owns, as it should be.
 fn desired(
     cluster: &RedisCluster,
-    password: &str,
+    users: &ClusterUsers,
     shards: &BTreeMap<usize, ShardShape>,
     in_use: &[&CatalogEntry],
 ) -> Vec<Desired> {
-    std::iter::once(resources::auth_secret(cluster, password))
+    std::iter::once(resources::auth_secret(cluster, users))
         .chain(resources::desired_objects(cluster, shards, in_use))
         .map(Desired::new)
         .collect()
 }
 
 /// What the desired objects are built from: the cluster object's
-/// resourceVersion (any change to it), the shard sizes and the password.
+/// resourceVersion (any change to it), the shard sizes and the users (their
+/// revision digests every rule and password).
 /// `None` without a resourceVersion (then nothing is remembered).
 fn inputs_of(
     cluster: &RedisCluster,
-    password: &str,
+    users: &str,
     shards: &BTreeMap<usize, ShardShape>,
     in_use: &[&CatalogEntry],
 ) -> Option<u64> {
     let version = cluster.metadata.resource_version.as_ref()?;
     let mut hasher = DefaultHasher::new();
     let releases: Vec<String> = in_use.iter().map(|e| e.release().to_string()).collect();
-    (version, shards, password, releases).hash(&mut hasher);
+    (version, shards, users, releases).hash(&mut hasher);
     Some(hasher.finish())
 }
 
@@ -121,18 +123,18 @@ pub async fn owned_objects(
     ctx: &Context,
     cluster: &RedisCluster,
     key: &str,
-    password: &str,
+    users: &ClusterUsers,
     shards: &BTreeMap<usize, ShardShape>,
     in_use: &[&CatalogEntry],
 ) -> Result<Vec<String>> {
     let namespace = cluster.metadata.namespace.as_deref().unwrap_or_default();
-    let inputs = inputs_of(cluster, password, shards, in_use);
+    let inputs = inputs_of(cluster, &users.revision, shards, in_use);
     if let Some(kept) = ctx.applied.kept(key, inputs)
         && in_place(ctx, namespace, &kept).await?
     {
         return Ok(Vec::new());
     }
-    let desired = desired(cluster, password, shards, in_use);
+    let desired = desired(cluster, users, shards, in_use);
     let mut written = Vec::new();
     for configuration in [true, false] {
         let writes = desired.iter().filter(|d| d.is_configuration() == configuration).map(|d| async move {
@@ -181,8 +183,8 @@ async fn apply_if_changed(ctx: &Context, namespace: &str, desired: &Desired) -> 
 
 /// The cluster's password: from the user's Secret, or generated once into
 /// `<name>-password` and never rotated by the operator.
-pub async fn password(ctx: &Context, cluster: &RedisCluster, namespace: &str) -> Result<String> {
-    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), namespace);
+pub async fn password(client: &kube::Client, cluster: &RedisCluster, namespace: &str) -> Result<String> {
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
     let (secret_name, key) = resources::password_source(cluster);
     // Read by name each time (a user's rotation is seen); the admission
     // policy made sure the cluster's author may read it too.
@@ -224,7 +226,7 @@ fn password_in(secret: &Secret, namespace: &str, secret_name: &str, key: &str) -
     })
 }
 
-fn random_password() -> String {
+pub(super) fn random_password() -> String {
     use std::io::Read as _;
     let mut bytes = [0u8; 24];
     std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut bytes)).expect("/dev/urandom is readable");
@@ -247,7 +249,7 @@ mod tests {
     }
 
     #[test]
-    fn inputs_change_with_the_cluster_object_the_shard_sizes_and_the_password() {
+    fn inputs_change_with_the_cluster_object_the_shard_sizes_and_the_users() {
         let sizes = shapes(&[2, 2, 2]);
         let base = inputs_of(&cluster(Some("7"), 3), "secret", &sizes, &in_use());
         assert!(base.is_some());
@@ -265,6 +267,10 @@ mod tests {
         assert_eq!(inputs_of(&cluster(None, 3), "secret", &sizes, &in_use()), None, "nothing to key on");
     }
 
+    fn users(password: &str) -> ClusterUsers {
+        super::super::users::build(&Default::default(), password, "operator", "replication", &[])
+    }
+
     fn shapes(pods: &[usize]) -> BTreeMap<usize, ShardShape> {
         let shape = |pods| ShardShape { pods, image: "redis:6.2.14".into(), conf: "redis-6.2.14.conf".into() };
         pods.iter().enumerate().map(|(s, &pods)| (s, shape(pods))).collect()
@@ -276,7 +282,7 @@ mod tests {
 
     #[test]
     fn desired_objects_carry_their_hash_and_configuration_goes_first() {
-        let objects = desired(&cluster(Some("1"), 3), "secret", &shapes(&[2, 2, 2]), &in_use());
+        let objects = desired(&cluster(Some("1"), 3), &users("secret"), &shapes(&[2, 2, 2]), &in_use());
         assert_eq!(objects.iter().filter(|d| d.kind == "StatefulSet").count(), 3);
         assert!(
             objects
@@ -287,7 +293,7 @@ mod tests {
             objects.iter().filter(|d| d.is_configuration()).map(|d| d.kind.as_str()).collect();
         assert!(configuration.contains(&"Secret") && configuration.contains(&"ConfigMap"));
         assert!(configuration.contains(&"Service"));
-        let rotated = desired(&cluster(Some("1"), 3), "rotated", &BTreeMap::new(), &in_use());
+        let rotated = desired(&cluster(Some("1"), 3), &users("rotated"), &BTreeMap::new(), &in_use());
         let secret = |objects: &[Desired]| objects.iter().find(|d| d.kind == "Secret").map(|d| d.hash.clone());
         assert_ne!(secret(&objects), secret(&rotated), "the include Secret follows the password");
     }
@@ -295,7 +301,7 @@ mod tests {
     #[test]
     fn remembered_hashes_follow_the_inputs() {
         let applied = Applied::default();
-        let objects = desired(&cluster(Some("1"), 3), "secret", &BTreeMap::new(), &in_use());
+        let objects = desired(&cluster(Some("1"), 3), &users("secret"), &BTreeMap::new(), &in_use());
         applied.remember("apps/cache", Some(1), &objects);
         assert_eq!(applied.clusters.lock().unwrap()["apps/cache"].hashes.len(), objects.len());
         applied.remember("apps/cache", None, &objects);

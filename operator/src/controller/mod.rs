@@ -9,6 +9,7 @@ pub mod events;
 pub(crate) mod observe;
 mod operation;
 pub mod report;
+pub(crate) mod users;
 mod written;
 
 use std::sync::Arc;
@@ -253,13 +254,13 @@ async fn reconcile_in_span(cluster: Arc<RedisCluster>, ctx: Arc<Context>, namesp
 async fn reconcile_steps(cluster: &RedisCluster, ctx: &Context, namespace: &str) -> Result<Requeue> {
     let name = cluster.name_any();
     let mut phases = PhaseTimer::start();
-    let password = apply::password(ctx, cluster, namespace).await?;
+    let users = users::read(&ctx.client, cluster, namespace).await?;
     let mut pods = observe::pods(ctx, namespace, &name);
     tracing::debug!(pods = pods.len(), "observing redis");
     let key = format!("{namespace}/{name}");
     let live: std::collections::BTreeSet<&str> = pods.iter().filter_map(|p| p.ip.as_deref()).collect();
     ctx.redis.retain(&key, &live);
-    let redis = observe::redis(&ctx.redis, &key, &pods, &password).await;
+    let redis = observe::redis(&ctx.redis, &key, &pods, &users.logins).await;
     observe::lost_nodes(ctx, &mut pods, &redis).await;
     ctx.node_labels.fill_domains(&ctx.client, &mut pods, cluster.spec.topology_key()).await;
     let intent = ctx.caches.failover_intent(namespace, &name);
@@ -284,6 +285,10 @@ async fn reconcile_steps(cluster: &RedisCluster, ctx: &Context, namespace: &str)
         },
         movable_before: Timestamp::now().checked_sub(MOVE_PODS_AFTER).ok(),
         balance: balance_intent(cluster, ctx.caches.rebalance_intent(namespace, &name))?,
+        users: plan::UsersIntent {
+            pending: (applied_users(cluster).map(|a| &a.revision) != Some(&users.revision))
+                .then(|| users.revision.clone()),
+        },
     };
     phases.lap("observe");
     let cluster_step = plan::plan(&observed);
@@ -322,6 +327,9 @@ async fn reconcile_steps(cluster: &RedisCluster, ctx: &Context, namespace: &str)
     for entry in &rollout.in_use {
         crate::config::user_lines(&cluster.spec.redis.config, entry, &rollout.in_use).map_err(Error::InvalidSpec)?;
     }
+    if let Some(acl) = &cluster.spec.acl {
+        slotkeeper_api::acl::validate(acl, &rollout.in_use).map_err(|e| Error::InvalidSpec(e.to_string()))?;
+    }
     let shapes: std::collections::BTreeMap<usize, ShardShape> = observed
         .shard_sizes()
         .into_iter()
@@ -331,14 +339,23 @@ async fn reconcile_steps(cluster: &RedisCluster, ctx: &Context, namespace: &str)
             (shard, ShardShape { pods, image, conf: crate::config::file_name(release) })
         })
         .collect();
-    let applied = apply::owned_objects(ctx, cluster, &key, &password, &shapes, &rollout.in_use).await?;
+    let applied = apply::owned_objects(ctx, cluster, &key, &users, &shapes, &rollout.in_use).await?;
     if !applied.is_empty() {
         ctx.event(cluster, EventType::Normal, "Applied", format!("applied {}", applied.join(", "))).await;
     }
     phases.lap("apply");
 
     let release = crate::api::catalog::lookup(rollout.current.0, &rollout.current.1);
-    let target = act::Target { namespace, cluster: &name, key: &key, password: &password, release };
+    let applied_before = applied_users(cluster).map(|a| a.users.clone()).unwrap_or_default();
+    let target = act::Target {
+        namespace,
+        cluster: &name,
+        key: &key,
+        logins: &users.logins,
+        users: &users,
+        applied_before: &applied_before,
+        release,
+    };
     let step_started = Timestamp::now();
     if let Action::Failover { pod, force, operation: Some(operation), .. } = &action {
         // The operation's status records the command before it is sent:
@@ -361,6 +378,9 @@ async fn reconcile_steps(cluster: &RedisCluster, ctx: &Context, namespace: &str)
     let mut status =
         report::build_status(cluster, &observed, &action, &rollout, acted.is_ok(), step_started, Timestamp::now());
     report::record_balance(&mut status, &action, planned, Timestamp::now());
+    if let (Action::ApplyUsers { revision, .. }, Ok(_)) = (&action, &acted) {
+        status.acl = Some(crate::api::AclStatus { revision: revision.clone(), users: users.applications.clone() });
+    }
     rollout_events(ctx, cluster, &status, &rollout).await;
     let converged = action == Action::Converged;
     let labels = ClusterLabels { namespace: namespace.to_owned(), cluster: name.clone() };
@@ -416,6 +436,11 @@ async fn reconcile_steps(cluster: &RedisCluster, ctx: &Context, namespace: &str)
         None => REQUEUE_WAITING,
     };
     Ok(Requeue::requeue(requeue))
+}
+
+/// What status says every node's users were last made from.
+fn applied_users(cluster: &RedisCluster) -> Option<&crate::api::AclStatus> {
+    cluster.status.as_ref()?.acl.as_ref()
 }
 
 /// `spec.balance`, the `Rebalance` operation waiting (one whose outcome

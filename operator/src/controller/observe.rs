@@ -12,7 +12,7 @@ use crate::api::Engine;
 use crate::api::names::LABEL_SHARD;
 use crate::error::Result;
 use crate::plan::{MemoryFact, PodFact, RedisFact};
-use crate::redis::client::info_field;
+use crate::redis::client::{Logins, info_field};
 use crate::redis::pool::Pool;
 use slotkeeper_readmodel::StatsFact;
 
@@ -134,15 +134,15 @@ fn node_open(node: &Node) -> bool {
 }
 
 /// Asks every Pod with an address, concurrently; unreachable ones are left out.
-pub async fn redis(pool: &Pool, key: &str, pods: &[PodFact], password: &str) -> BTreeMap<String, RedisFact> {
+pub async fn redis(pool: &Pool, key: &str, pods: &[PodFact], logins: &Logins) -> BTreeMap<String, RedisFact> {
     let asks = pods.iter().filter_map(|p| Some((p.name.clone(), p.ip.clone()?))).map(|(name, ip)| async move {
         // A pooled connection may have died with its process: one fresh try.
         let pooled = pool.contains(key, &ip);
-        let mut result = ask(pool, key, &ip, password).await;
+        let mut result = ask(pool, key, &ip, logins).await;
         if result.is_err() {
             pool.discard(key, &ip);
             if pooled {
-                result = ask(pool, key, &ip, password).await;
+                result = ask(pool, key, &ip, logins).await;
             }
         }
         match result {
@@ -196,8 +196,8 @@ fn node_counts_as_up(node: &Node) -> bool {
     })
 }
 
-async fn ask(pool: &Pool, key: &str, ip: &str, password: &str) -> Result<RedisFact> {
-    let facts = pool.node(key, ip, password).await?.facts().await?;
+async fn ask(pool: &Pool, key: &str, ip: &str, logins: &Logins) -> Result<RedisFact> {
+    let facts = pool.node(key, ip, logins).await?.facts().await?;
     // Valkey reports `redis_version` 7.2.4 for clients' sake; its own is `valkey_version`.
     let (engine, version) = match info_field(&facts.server_info, "valkey_version") {
         Some(version) => (Engine::Valkey, Some(version)),

@@ -180,11 +180,11 @@ async fn decide_failover(
     {
         return Ok(Outcome::Fail(reason));
     }
-    let password = super::apply::password(ctx, cluster, namespace).await?;
+    let logins = super::users::logins(&ctx.client, cluster, namespace).await?;
     let pods: Vec<PodFact> =
         observe::pods(ctx, namespace, &cluster.name_any()).into_iter().filter(|p| p.shard == shard).collect();
     let key = format!("{namespace}/{}", cluster.name_any());
-    let facts = observe::redis(&ctx.redis, &key, &pods, &password).await;
+    let facts = observe::redis(&ctx.redis, &key, &pods, &logins).await;
     let view = ShardView::new(&pods, &facts);
     Ok(match phase {
         OperationPhase::Pending => match view.choose(spec.target_pod.as_deref(), shard) {

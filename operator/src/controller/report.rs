@@ -214,6 +214,7 @@ pub fn build_status(
         step: (!converged).then(|| StepStatus { name: step_name.into(), progress: Some(message) }),
         reshard,
         balance: old.balance.clone(),
+        acl: old.acl.clone(),
         failure_domains: placement::census(observed)
             .into_iter()
             .map(|(name, d)| FailureDomainStatus { name, masters: d.masters, replicas: d.replicas })
@@ -313,6 +314,7 @@ pub fn describe(action: &Action) -> (&'static str, String) {
         }
         Action::FinishBalance { summary, .. } => ("FinishBalance", format!("rebalanced: {summary}")),
         Action::RemoveShard { shard } => ("RemoveShard", format!("removing drained shard {shard}")),
+        Action::ApplyUsers { pods, .. } => ("ApplyUsers", format!("applying the ACL users to {} node(s)", pods.len())),
         Action::DeletePod { pod, reason } => ("ReplacePod", format!("replacing {pod}: {reason}")),
         Action::RecreatePod { pod, reason, .. } => ("RecreatePod", format!("recreating {pod}: {reason}")),
         Action::MovePod { pod, reason, .. } => ("MovePod", format!("recreating replica {pod} elsewhere: {reason}")),

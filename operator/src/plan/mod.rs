@@ -8,7 +8,8 @@
 //! moves, replicas, gossip; the rollout and intents beside them), each
 //! idempotent and safe to repeat after a crash:
 //! 1. every member Pod reachable (members: the kept Pods of staying shards,
-//!    and all Pods of leaving shards until they are drained);
+//!    and all Pods of leaving shards until they are drained); then the ACL
+//!    users, where status does not say every node has them;
 //! 2. ADDSLOTS for slots nobody owns (bootstrap: each shard master its even
 //!    share, before MEET, so fresh masters skip Redis's rejoin delay);
 //! 3. MEET every node the seed does not know, or knows at an old address
@@ -132,6 +133,15 @@ pub struct Observed {
     pub movable_before: Option<k8s_openapi::jiff::Timestamp>,
     /// What balanced means for this cluster, and the rebalance asked for or under way.
     pub balance: BalanceIntent,
+    /// The ACL users every node should have, when status does not say they were applied.
+    pub users: UsersIntent,
+}
+
+/// ACL users to apply: `pending` is the revision of the users the spec and
+/// Secrets ask for, `None` when status says every node has them.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct UsersIntent {
+    pub pending: Option<String>,
 }
 
 /// `spec.balance`, a `Rebalance` operation waiting for its plan, and the
@@ -239,6 +249,9 @@ pub enum Action {
     MovePod { pod: String, shard: usize, reason: String },
     /// Delete a drained leaving shard's StatefulSet.
     RemoveShard { shard: usize },
+    /// Give every node that answers the cluster's ACL users (`ACL SETUSER`,
+    /// and `masteruser`); status then records `revision` as applied.
+    ApplyUsers { revision: String, pods: Vec<String> },
     /// The cluster matches the spec.
     Converged,
 }
@@ -257,6 +270,7 @@ impl Action {
                 .chain(others.iter().map(String::as_str))
                 .collect(),
             Action::PlanBalance { masters, .. } => masters.values().map(|m| m.pod.as_str()).collect(),
+            Action::ApplyUsers { pods, .. } => pods.iter().map(String::as_str).collect(),
             Action::Wait(_)
             | Action::FinishBalance { .. }
             | Action::Refused(_)
@@ -383,6 +397,7 @@ type Step = fn(&Planning) -> Option<Action>;
 const STEPS: &[Step] = &[
     membership::replace_stranded_pod,
     membership::wait_for_members,
+    apply_users,
     slots::assign_unowned,
     membership::meet_strangers,
     membership::meet_at_new_addresses,
@@ -402,6 +417,17 @@ const STEPS: &[Step] = &[
 pub fn plan(observed: &Observed) -> Action {
     let planning = Planning::new(observed);
     STEPS.iter().find_map(|step| step(&planning)).unwrap_or(Action::Converged)
+}
+
+/// Users before anything else once every member answers: a node started
+/// from its users file has them already, and one that ran before them (an
+/// operator upgrade, a changed user) gets them live, so Pods are never
+/// restarted for it. Every node that answers gets them, leaving Pods too.
+fn apply_users(p: &Planning) -> Option<Action> {
+    let revision = p.observed.users.pending.clone()?;
+    let pods =
+        p.observed.pods.iter().filter(|pod| p.observed.redis.contains_key(&pod.name)).map(|pod| pod.name.clone());
+    Some(Action::ApplyUsers { revision, pods: pods.collect() })
 }
 
 /// A leaving shard whose slots are all gone: its StatefulSet goes.

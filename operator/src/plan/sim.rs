@@ -57,6 +57,7 @@ pub fn fresh(shards: usize, replicas: usize) -> Observed {
         open_domains: BTreeSet::new(),
         movable_before: None,
         balance: Default::default(),
+        users: Default::default(),
     };
     for shard in 0..shards {
         for ordinal in 0..=replicas {
@@ -256,6 +257,8 @@ pub fn apply(o: &mut Observed, action: &Action) {
                 o.balance.operation = None;
             }
         }
+        // As the report does: status records the revision applied.
+        Action::ApplyUsers { .. } => o.users.pending = None,
         Action::Wait(_) | Action::Refused(_) | Action::Converged => {}
     }
 }

@@ -39,12 +39,12 @@ pub struct NodeFacts {
 pub struct RedisNode {
     addr: String,
     connection: MultiplexedConnection,
+    login: Login,
 }
 
-/// Percent-encodes a password for the userinfo part of a redis:// URL.
-fn encode(password: &str) -> String {
-    password
-        .bytes()
+/// Percent-encodes a user name or password for the userinfo part of a redis:// URL.
+fn encode(text: &str) -> String {
+    text.bytes()
         .map(|b| {
             if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
                 (b as char).to_string()
@@ -55,10 +55,38 @@ fn encode(password: &str) -> String {
         .collect()
 }
 
+/// A user and password to sign in with (`None`: the `default` user). No
+/// `Debug`: a password never reaches a log.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct Login {
+    pub user: Option<String>,
+    pub password: String,
+}
+
+/// How the operator signs in to a cluster's nodes: as its own ACL user, or,
+/// on a node that does not have that user yet (started by an earlier
+/// release), as the `default` user, until the users are applied.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct Logins {
+    pub own: Login,
+    pub fallback: Login,
+}
+
 impl RedisNode {
-    pub async fn connect(ip: &str, password: &str) -> Result<Self, RedisError> {
+    /// Connects as the operator's own user, else as `default`.
+    pub async fn connect(ip: &str, logins: &Logins) -> Result<Self, RedisError> {
+        match Self::connect_as(ip, &logins.own).await {
+            Err(RedisError::Command { .. }) if logins.fallback != logins.own => {
+                Self::connect_as(ip, &logins.fallback).await
+            }
+            other => other,
+        }
+    }
+
+    async fn connect_as(ip: &str, login: &Login) -> Result<Self, RedisError> {
         let addr = format!("{ip}:{REDIS_PORT}");
-        let url = format!("redis://:{}@{addr}/", encode(password));
+        let user = login.user.as_deref().map(encode).unwrap_or_default();
+        let url = format!("redis://{user}:{}@{addr}/", encode(&login.password));
         let command_err = |source| RedisError::Command { addr: addr.clone(), command: "AUTH", source };
         let client = redis::Client::open(url).map_err(command_err)?;
         // The crate's own 500 ms response timeout would cut large pipelines
@@ -69,12 +97,17 @@ impl RedisNode {
                 .await
                 .map_err(|_| RedisError::Timeout { addr: addr.clone(), command: "connect" })?
                 .map_err(command_err)?;
-        Ok(Self { addr, connection })
+        Ok(Self { addr, connection, login: login.clone() })
     }
 
-    /// Wraps a connection that is already open and authenticated.
-    pub fn from_connection(ip: &str, connection: MultiplexedConnection) -> Self {
-        Self { addr: format!("{ip}:{REDIS_PORT}"), connection }
+    /// Wraps a connection that is already open and authenticated as `login`.
+    pub fn from_connection(ip: &str, connection: MultiplexedConnection, login: Login) -> Self {
+        Self { addr: format!("{ip}:{REDIS_PORT}"), connection, login }
+    }
+
+    /// Who this connection signed in as (MIGRATE signs in to the target the same way).
+    pub fn login(&self) -> &Login {
+        &self.login
     }
 
     /// A handle sharing this connection (multiplexed, cheap to clone).
@@ -198,6 +231,23 @@ impl RedisNode {
 
     pub async fn replicate(&mut self, master_id: &str) -> Result<(), RedisError> {
         self.call("CLUSTER REPLICATE", redis::cmd("CLUSTER").arg("REPLICATE").arg(master_id)).await
+    }
+
+    /// `ACL SETUSER <name> <rules...>` (the rules start with `reset`).
+    pub async fn set_user(&mut self, name: &str, rules: &[String]) -> Result<(), RedisError> {
+        self.call("ACL SETUSER", redis::cmd("ACL").arg("SETUSER").arg(name).arg(rules)).await
+    }
+
+    /// `ACL DELUSER <name>`; a user already gone is fine.
+    pub async fn delete_user(&mut self, name: &str) -> Result<(), RedisError> {
+        self.call::<i64>("ACL DELUSER", redis::cmd("ACL").arg("DELUSER").arg(name)).await.map(drop)
+    }
+
+    /// How this node, as a replica, signs in to its master (`masteruser`,
+    /// `masterauth`; one `CONFIG SET` each, as Redis 6.2 takes one at a time).
+    pub async fn sign_in_to_master(&mut self, user: &str, password: &str) -> Result<(), RedisError> {
+        self.call::<()>("CONFIG SET", redis::cmd("CONFIG").arg("SET").arg("masteruser").arg(user)).await?;
+        self.call("CONFIG SET", redis::cmd("CONFIG").arg("SET").arg("masterauth").arg(password)).await
     }
 }
 

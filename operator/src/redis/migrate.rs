@@ -75,7 +75,6 @@ async fn run(node: &mut RedisNode, what: &'static str, pipe: &redis::Pipeline) -
 pub async fn transfer(
     pair: Pair<'_>,
     slots: &[SlotTransfer],
-    password: &str,
     after_drain: &(dyn Fn() + Sync),
 ) -> Result<Moved, RedisError> {
     let started = std::time::Instant::now();
@@ -127,11 +126,16 @@ pub async fn transfer(
                 .arg("")
                 .arg(0)
                 .arg(MIGRATE_TIMEOUT_MS)
-                .arg("REPLACE")
-                .arg("AUTH")
-                .arg(password)
-                .arg("KEYS")
-                .arg(keys);
+                .arg("REPLACE");
+            // The source signs in to the target as the operator reached the target.
+            let migrate = migrates.last_mut().expect("just pushed");
+            match &pair.target.login().user {
+                Some(user) => migrate.arg("AUTH2").arg(user),
+                None => migrate.arg("AUTH"),
+            }
+            .arg(&pair.target.login().password)
+            .arg("KEYS")
+            .arg(keys);
         }
         for migrate in &migrates {
             run(pair.source, "MIGRATE", migrate).await?;

@@ -12,15 +12,17 @@ use std::sync::Mutex;
 
 use redis::aio::MultiplexedConnection;
 
-use super::client::{RedisError, RedisNode};
+use super::client::{Logins, RedisError, RedisNode};
 
 /// `namespace/cluster`.
 pub type ClusterKey = String;
 
 struct Pooled {
     /// A password change must not reuse a connection authenticated with the
-    /// old one; only a fingerprint is kept, never the password.
-    password_fingerprint: u64,
+    /// old one; only a fingerprint of the logins is kept, never a password.
+    logins_fingerprint: u64,
+    /// Whether it signed in as the operator's own user (else as `default`).
+    own: bool,
     connection: MultiplexedConnection,
 }
 
@@ -29,25 +31,26 @@ pub struct Pool {
     clusters: Mutex<HashMap<ClusterKey, HashMap<String, Pooled>>>,
 }
 
-fn fingerprint(password: &str) -> u64 {
+fn fingerprint(logins: &Logins) -> u64 {
     let mut hasher = DefaultHasher::new();
-    password.hash(&mut hasher);
+    logins.hash(&mut hasher);
     hasher.finish()
 }
 
 impl Pool {
-    /// A connection to `ip`, reused when one is open with this password.
-    pub async fn node(&self, cluster: &str, ip: &str, password: &str) -> Result<RedisNode, RedisError> {
-        let wanted = fingerprint(password);
-        let reused =
-            self.clusters.lock().expect("pool lock").get(cluster).and_then(|nodes| {
-                nodes.get(ip).filter(|p| p.password_fingerprint == wanted).map(|p| p.connection.clone())
-            });
-        if let Some(connection) = reused {
-            return Ok(RedisNode::from_connection(ip, connection));
+    /// A connection to `ip`, reused when one is open with these logins.
+    pub async fn node(&self, cluster: &str, ip: &str, logins: &Logins) -> Result<RedisNode, RedisError> {
+        let wanted = fingerprint(logins);
+        let reused = self.clusters.lock().expect("pool lock").get(cluster).and_then(|nodes| {
+            nodes.get(ip).filter(|p| p.logins_fingerprint == wanted).map(|p| (p.connection.clone(), p.own))
+        });
+        if let Some((connection, own)) = reused {
+            let login = if own { logins.own.clone() } else { logins.fallback.clone() };
+            return Ok(RedisNode::from_connection(ip, connection, login));
         }
-        let node = RedisNode::connect(ip, password).await?;
-        let pooled = Pooled { password_fingerprint: wanted, connection: node.connection() };
+        let node = RedisNode::connect(ip, logins).await?;
+        let own = node.login() == &logins.own;
+        let pooled = Pooled { logins_fingerprint: wanted, own, connection: node.connection() };
         self.clusters.lock().expect("pool lock").entry(cluster.to_owned()).or_default().insert(ip.to_owned(), pooled);
         Ok(node)
     }
