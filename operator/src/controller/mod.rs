@@ -306,7 +306,10 @@ async fn reconcile_steps(cluster: &RedisCluster, ctx: &Context, namespace: &str)
     // A running RedisOperation goes before the rollout (one intent at a
     // time), and may act while the cluster waits (FORCE for a lost master).
     let intent_step = intent.as_ref().and_then(|i| plan::intents::failover_step(&observed, i));
+    // No master role moves while a slot is open (the repair goes first).
+    let slots_open = plan::moves::slots_open(&observed);
     let action = match (&cluster_step, intent_step, &rollout.action) {
+        _ if slots_open => cluster_step,
         (Action::Converged | Action::Wait(_), Some(step), _) => step,
         _ if intent.is_some() => cluster_step,
         (Action::Converged, None, Some(step)) => step.clone(),

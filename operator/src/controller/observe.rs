@@ -154,7 +154,9 @@ pub async fn redis(pool: &Pool, key: &str, pods: &[PodFact], logins: &Logins) ->
             }
         }
     });
-    join_all(asks).await.into_iter().flatten().collect()
+    let mut facts = join_all(asks).await.into_iter().flatten().collect();
+    stray_keys(pool, key, pods, logins, &mut facts).await;
+    facts
 }
 
 /// Marks Pods that did not answer and whose Node has not been Ready for
@@ -226,7 +228,42 @@ async fn ask(pool: &Pool, key: &str, ip: &str, logins: &Logins) -> Result<RedisF
             keyspace_misses: number(&facts.stats_info, "keyspace_misses"),
         },
         nodes: facts.nodes,
+        stray_keys: BTreeMap::new(),
     })
+}
+
+/// For slots some node marks open, how many keys each master holds in those
+/// of them it does not own (a move half made before roles changed leaves
+/// keys there). Nothing is asked while no slot is open.
+async fn stray_keys(
+    pool: &Pool,
+    key: &str,
+    pods: &[PodFact],
+    logins: &Logins,
+    facts: &mut BTreeMap<String, RedisFact>,
+) {
+    let marked: std::collections::BTreeSet<u16> =
+        facts.values().filter_map(|f| f.myself()).flat_map(|me| me.open_slots.iter().map(|o| o.slot)).collect();
+    if marked.is_empty() {
+        return;
+    }
+    let asks = facts.iter_mut().filter_map(|(name, fact)| {
+        let me = fact.myself().filter(|me| me.master)?;
+        let ip = pods.iter().find(|p| &p.name == name)?.ip.clone()?;
+        let owned: std::collections::BTreeSet<u16> = crate::redis::topology::expand(&me.slots);
+        let slots: Vec<u16> = marked.iter().copied().filter(|s| !owned.contains(s)).collect();
+        Some(async move {
+            let counted = async {
+                let mut node = pool.node(key, &ip, logins).await?;
+                crate::redis::weights::keys_per_slot(&mut node, &slots).await
+            };
+            match counted.await {
+                Ok(counts) => fact.stray_keys = counts.into_iter().filter(|(_, n)| *n > 0).collect(),
+                Err(error) => tracing::debug!(pod = %name, %error, "counting keys in open slots failed"),
+            }
+        })
+    });
+    join_all(asks).await;
 }
 
 fn number(info: &str, field: &str) -> u64 {

@@ -398,3 +398,150 @@ fn a_plan_for_another_shape_is_replaced() {
     assert_eq!(*staying, 5);
     assert_healthy(&o);
 }
+
+/// The master of `shard` now.
+fn master_of(o: &crate::plan::Observed, shard: usize) -> String {
+    o.pods
+        .iter()
+        .filter(|p| p.shard == shard)
+        .find(|p| o.redis[&p.name].myself().is_some_and(|n| n.master))
+        .map(|p| p.name.clone())
+        .unwrap()
+}
+
+/// Promotes the other Pod of `shard` (one replica per master), as Redis or
+/// an operator that has since lost its Lease might have.
+fn fail_over(o: &mut crate::plan::Observed, shard: usize) {
+    let master = master_of(o, shard);
+    let replica = o.pods.iter().find(|p| p.shard == shard && p.name != master).unwrap().name.clone();
+    let stray = o.redis[&master].stray_keys.clone();
+    let failover = Action::Failover {
+        pod: replica.clone(),
+        shard,
+        reason: "test".into(),
+        force: false,
+        operation: None,
+        spread: false,
+    };
+    apply(o, &failover);
+    // It replicated everything its master held, keys of slots it did not own too.
+    o.redis.get_mut(&replica).unwrap().stray_keys = stray;
+}
+
+/// A move's first half as a leader that lost its Lease left it: both ends
+/// marked, and some keys already on the target.
+fn half_apply(o: &mut crate::plan::Observed, action: &Action) -> Vec<(usize, usize)> {
+    let Action::MoveSlots { batches, .. } = action else { panic!("{action:?}") };
+    let shard_of = |o: &crate::plan::Observed, pod: &str| o.pods.iter().find(|p| p.name == pod).unwrap().shard;
+    let mut pairs = Vec::new();
+    for b in batches {
+        for s in &b.slots {
+            myself_mut(o, &b.source.pod).open_slots.push(open_mark(s.slot, Direction::Migrating, &b.target.id));
+            myself_mut(o, &b.target.pod).open_slots.push(open_mark(s.slot, Direction::Importing, &b.source.id));
+            o.redis.get_mut(&b.target.pod).unwrap().stray_keys.insert(s.slot, 3);
+        }
+        pairs.push((shard_of(o, &b.source.pod), shard_of(o, &b.target.pod)));
+    }
+    pairs
+}
+
+/// Every slot once, owned by a master; no master marks a slot open and none
+/// holds keys of a slot it does not own. (Replicas may keep marks Redis
+/// lets only masters clear.)
+fn assert_masters_settled(o: &crate::plan::Observed) {
+    let mut seen = std::collections::BTreeSet::new();
+    for fact in o.redis.values() {
+        let me = fact.myself().unwrap();
+        if me.master {
+            assert!(me.open_slots.is_empty(), "{} marks {:?}", me.id, me.open_slots);
+            assert!(fact.stray_keys.is_empty(), "{} holds keys of slots it does not own: {:?}", me.id, fact.stray_keys);
+            for s in crate::redis::topology::expand(&me.slots) {
+                assert!(seen.insert(s), "slot {s} twice");
+            }
+        }
+    }
+    assert_eq!(seen.len(), crate::redis::topology::SLOTS as usize);
+}
+
+#[test]
+fn a_move_whose_masters_both_failed_over_is_finished_between_the_new_masters() {
+    let mut o = healthy(4, 1);
+    let (source, target) = (master_of(&o, 0), master_of(&o, 3));
+    let slot = o.redis[&source].myself().unwrap().slots[0].start;
+    let id = |pod: &str| format!("id-{pod}");
+    myself_mut(&mut o, &source).open_slots.push(open_mark(slot, Direction::Migrating, &id(&target)));
+    myself_mut(&mut o, &target).open_slots.push(open_mark(slot, Direction::Importing, &id(&source)));
+    o.redis.get_mut(&target).unwrap().stray_keys.insert(slot, 41_309);
+    fail_over(&mut o, 0);
+    fail_over(&mut o, 3);
+    let (new_source, new_target) = (master_of(&o, 0), master_of(&o, 3));
+    assert!(new_source != source && new_target != target);
+    // What Redis shows now: the marks on replicas, the keys on a master that does not own the slot.
+    let action = plan(&o);
+    let Action::MoveSlots { batches, repair: true, .. } = &action else { panic!("expected a repair, got {action:?}") };
+    assert_eq!(
+        (batches[0].source.pod.as_str(), batches[0].target.pod.as_str()),
+        (new_source.as_str(), new_target.as_str())
+    );
+    let t = &batches[0].slots[0];
+    assert_eq!((t.slot, t.open_target, t.open_source, t.target_owns), (slot, true, true, false));
+    let steps = converge(&mut o);
+    assert_masters_settled(&o);
+    assert!(o.redis[&new_target].myself().unwrap().slots.iter().any(|r| r.start <= slot && slot <= r.end));
+    let repairs = steps.iter().filter(|s| matches!(s, Action::MoveSlots { repair: true, .. })).count();
+    assert_eq!(repairs, 1, "the stale replica marks moved nothing more: {steps:?}");
+}
+
+#[test]
+fn stale_marks_on_a_replica_move_nothing() {
+    let mut o = healthy(3, 1);
+    let replica = o.pods.iter().find(|p| p.shard == 0 && p.name != master_of(&o, 0)).unwrap().name.clone();
+    let target = master_of(&o, 1);
+    let slot = o.redis[&master_of(&o, 0)].myself().unwrap().slots[0].start;
+    myself_mut(&mut o, &replica).open_slots.push(open_mark(slot, Direction::Migrating, &format!("id-{target}")));
+    assert_eq!(plan(&o), Action::Converged, "its master's peer holds no key of the slot");
+}
+
+#[test]
+fn a_role_change_between_any_two_steps_of_a_scale_out_still_converges_with_no_role_moved_while_open() {
+    let reference = {
+        let mut o = healthy(3, 1);
+        o.shards = 4;
+        converge(&mut o)
+    };
+    let moves = reference.iter().filter(|s| matches!(s, Action::MoveSlots { .. })).count();
+    assert!(moves > 0);
+    for interrupted in 0..moves {
+        let mut o = healthy(3, 1);
+        o.shards = 4;
+        let mut seen = 0;
+        for _ in 0..300 {
+            kubernetes(&mut o);
+            let action = plan(&o);
+            if action == Action::Converged {
+                break;
+            }
+            let open_on_masters = crate::plan::moves::slots_open(&o);
+            assert!(
+                !(open_on_masters && matches!(action, Action::Replicate { .. } | Action::Failover { .. })),
+                "a role moved while a slot is open: {action:?}"
+            );
+            if matches!(action, Action::MoveSlots { repair: false, .. }) {
+                if seen == interrupted {
+                    // The leader dies half way; roles change before the next one plans.
+                    for (from, to) in half_apply(&mut o, &action) {
+                        fail_over(&mut o, from);
+                        fail_over(&mut o, to);
+                    }
+                    seen += 1;
+                    continue;
+                }
+                seen += 1;
+            }
+            apply(&mut o, &action);
+        }
+        assert_eq!(plan(&o), Action::Converged, "interrupted at move {interrupted}");
+        assert_masters_settled(&o);
+        counts_match_targets(&o);
+    }
+}

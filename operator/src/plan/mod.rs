@@ -86,6 +86,9 @@ pub struct RedisFact {
     pub memory: MemoryFact,
     /// Throughput, for the read model only: no plan depends on it.
     pub stats: slotkeeper_readmodel::StatsFact,
+    /// Keys a master holds in slots it does not own, per slot; asked only
+    /// for slots some node marks open (keys a half-made move left behind).
+    pub stray_keys: BTreeMap<u16, u64>,
 }
 
 impl RedisFact {

@@ -36,26 +36,46 @@ fn view(observed: &Observed, pod: &str, slot: u16) -> SlotView {
 /// Slots any node marks importing or migrating are finished forward, to
 /// the importing side, before anything else happens. A mark whose other end
 /// is no longer a member cannot be finished and is cleared instead.
+///
+/// Roles may have changed since the marks were set (a failover, a lost
+/// leader): each end is taken as the master of its shard now, whatever
+/// Redis reports, so the move runs between masters. A replica's marks count
+/// only while the move they describe is still to be made (its master's peer
+/// owns the slot); Redis keeps them but lets only masters clear them.
 pub fn repair_open_slots(observed: &Observed, reachable: &[&PodFact]) -> Option<Action> {
     let by_id: BTreeMap<&str, &PodFact> =
         reachable.iter().filter_map(|p| Some((observed.id_of(&p.name)?, *p))).collect();
+    // A node's master now: itself, or the master it follows.
+    let master_of = |id: &str| -> Option<String> {
+        let me = observed.redis[&by_id.get(id)?.name].myself()?;
+        if me.master { Some(me.id.clone()) } else { me.master_id.clone().filter(|m| by_id.contains_key(m.as_str())) }
+    };
     // slot → (source id, target id)
     let mut open: BTreeMap<u16, (String, String)> = BTreeMap::new();
     let mut orphaned: BTreeMap<String, Vec<u16>> = BTreeMap::new();
     for pod in reachable {
         let Some(me) = observed.redis[&pod.name].myself() else { continue };
         for mark in &me.open_slots {
-            if !by_id.contains_key(mark.peer.as_str()) {
-                orphaned.entry(pod.name.clone()).or_default().push(mark.slot);
+            let ends = match mark.direction {
+                Direction::Migrating => (me.id.as_str(), mark.peer.as_str()),
+                Direction::Importing => (mark.peer.as_str(), me.id.as_str()),
+            };
+            let resolved = master_of(ends.0).zip(master_of(ends.1)).filter(|(source, target)| source != target);
+            let Some((source, target)) = resolved else {
+                // Nothing left to finish (its peer is gone, or both ends are
+                // one shard now): a master's mark is cleared; a replica's
+                // cannot be, and routes nothing.
+                if me.master {
+                    orphaned.entry(pod.name.clone()).or_default().push(mark.slot);
+                }
+                continue;
+            };
+            if !me.master && !replica_mark_counts(observed, mark.slot, by_id[source.as_str()], by_id[target.as_str()]) {
                 continue;
             }
-            let ends = match mark.direction {
-                Direction::Migrating => (me.id.clone(), mark.peer.clone()),
-                Direction::Importing => (mark.peer.clone(), me.id.clone()),
-            };
             // The importing side's mark names the destination for certain.
             if mark.direction == Direction::Importing || !open.contains_key(&mark.slot) {
-                open.insert(mark.slot, ends);
+                open.insert(mark.slot, (source, target));
             }
         }
     }
@@ -68,7 +88,10 @@ pub fn repair_open_slots(observed: &Observed, reachable: &[&PodFact]) -> Option<
     let mut batches: BTreeMap<(String, String), Batch> = BTreeMap::new();
     for (slot, (source_id, target_id)) in open {
         let (source, target) = (by_id[source_id.as_str()], by_id[target_id.as_str()]);
-        let (source_ref, target_ref) = (node_ref(observed, source)?, node_ref(observed, target)?);
+        let (Some(source_ref), Some(target_ref)) = (node_ref(observed, source), node_ref(observed, target)) else {
+            // Never let later steps move roles while a slot is open.
+            return Some(Action::Wait(format!("slot {slot} is open; waiting to address both of its masters")));
+        };
         let (s, t) = (view(observed, &source.name, slot), view(observed, &target.name, slot));
         let transfer = SlotTransfer {
             slot,
@@ -85,6 +108,23 @@ pub fn repair_open_slots(observed: &Observed, reachable: &[&PodFact]) -> Option<
     let batches: Vec<Batch> = batches.into_values().collect();
     let others = other_masters(observed, reachable, &batches);
     Some(Action::MoveSlots { batches, others, remaining: 0, repair: true })
+}
+
+/// A replica's mark describes a move still to be made when its source
+/// still owns the slot and its target holds keys of it (moved before roles
+/// changed, reachable through no owner): those are finished forward. Any
+/// other replica mark is stale (Redis keeps it on a demoted master) and
+/// moves nothing.
+fn replica_mark_counts(observed: &Observed, slot: u16, source: &PodFact, target: &PodFact) -> bool {
+    let holds_keys = observed.redis.get(&target.name).is_some_and(|f| f.stray_keys.get(&slot).is_some_and(|&n| n > 0));
+    holds_keys && view(observed, &source.name, slot).owns && !view(observed, &target.name, slot).owns
+}
+
+/// Whether a master marks a slot importing or migrating: no master role
+/// moves until that is finished (a failover would leave the marks on a
+/// replica and the move half made).
+pub fn slots_open(observed: &Observed) -> bool {
+    observed.redis.values().filter_map(|f| f.myself()).any(|me| me.master && !me.open_slots.is_empty())
 }
 
 fn other_masters(observed: &Observed, reachable: &[&PodFact], batches: &[Batch]) -> Vec<String> {

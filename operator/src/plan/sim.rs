@@ -39,6 +39,7 @@ pub fn add_fresh_pod(o: &mut Observed, shard: usize, ordinal: usize) {
             aof_rewriting: false,
             memory: MemoryFact { used: 2 << 20, dataset: 1 << 20, maxmemory: 0 },
             stats: Default::default(),
+            stray_keys: BTreeMap::new(),
         },
     );
     o.pods.push(PodFact { ip: Some(format!("ip-{name}")), name, shard, ordinal, ..PodFact::default() });
@@ -164,6 +165,8 @@ fn move_slot(o: &mut Observed, slot: u16, from: &str, to: &str) {
         me.slots = to_ranges(&slots);
         me.open_slots.retain(|m| m.slot != slot);
     }
+    // The target owns what it holds now.
+    o.redis.get_mut(to).unwrap().stray_keys.remove(&slot);
 }
 
 thread_local! {

@@ -28,8 +28,8 @@ fn parse<T: redis::FromRedisValue>(node: &RedisNode, command: &'static str, valu
     })
 }
 
-/// Estimated bytes per slot of `slots` (slots without keys are left out).
-pub async fn slot_bytes(node: &mut RedisNode, slots: &[u16]) -> Result<BTreeMap<u16, u64>, RedisError> {
+/// How many keys the node holds in each of `slots` (slots without keys are left out).
+pub async fn keys_per_slot(node: &mut RedisNode, slots: &[u16]) -> Result<Vec<(u16, u64)>, RedisError> {
     let mut counts: Vec<(u16, u64)> = Vec::new();
     for chunk in slots.chunks(CHUNK) {
         let mut pipe = redis::pipe();
@@ -44,6 +44,12 @@ pub async fn slot_bytes(node: &mut RedisNode, slots: &[u16]) -> Result<BTreeMap<
             }
         }
     }
+    Ok(counts)
+}
+
+/// Estimated bytes per slot of `slots` (slots without keys are left out).
+pub async fn slot_bytes(node: &mut RedisNode, slots: &[u16]) -> Result<BTreeMap<u16, u64>, RedisError> {
+    let counts = keys_per_slot(node, slots).await?;
     let mut bytes = BTreeMap::new();
     for chunk in counts.chunks(CHUNK / SAMPLE) {
         let mut listing = redis::pipe();

@@ -314,8 +314,19 @@ impl ControlPlane {
     /// meanwhile its controllers, the storage migrator among them, do
     /// nothing. It runs without leader election, so it resumes as it was.
     pub fn pause_controller_manager(&self, paused: bool) {
-        let process = self.processes.iter().find(|p| p.name() == "kube-controller-manager");
-        let pid = process.expect("kube-controller-manager runs").pid().to_string();
+        self.pause("kube-controller-manager", paused);
+    }
+
+    /// Stops kube-apiserver (SIGSTOP) or lets it go on (SIGCONT): meanwhile
+    /// the control plane is unreachable (connections hang, as behind a
+    /// partition), and no Lease is renewed.
+    pub fn pause_apiserver(&self, paused: bool) {
+        self.pause("kube-apiserver", paused);
+    }
+
+    fn pause(&self, component: &str, paused: bool) {
+        let process = self.processes.iter().find(|p| p.name() == component);
+        let pid = process.unwrap_or_else(|| panic!("{component} runs")).pid().to_string();
         let signal = if paused { "-STOP" } else { "-CONT" };
         let status = std::process::Command::new("kill").args([signal, &pid]).status();
         assert!(status.is_ok_and(|s| s.success()), "kill {signal} {pid} failed");
