@@ -300,7 +300,8 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     let (readmodel, publisher) = slotkeeper_readmodel::start(client.clone(), namespace);
 
     let ready = Arc::new(AtomicBool::new(false));
-    let mut app = server::router(ServerState { metrics: metrics.clone(), ready: ready.clone() });
+    let metrics_auth = Some(Arc::new(slotkeeper_operator::metrics_auth::MetricsAuth::new(client.clone())));
+    let mut app = server::router(ServerState { metrics: metrics.clone(), ready: ready.clone(), metrics_auth });
     if args.console {
         app = app.merge(slotkeeper_console::router(slotkeeper_console::ConsoleConfig {
             readmodel: readmodel.clone(),

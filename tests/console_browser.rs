@@ -388,8 +388,8 @@ async fn a_standby_replica_serves_the_console_and_accepts_the_leaders_sessions()
     assert!(body.contains("Signed in as <strong>alice</strong>"), "the leader's session opens on the standby");
     assert!(body.contains("3 of 3") && body.contains("16384 of 16384"), "status from the standby's watch");
     assert_eq!(body.matches("data-role=\"master\"").count(), 3, "roles from the standby's own observation");
-    let (ok, metrics) = http_get(standby.http_port, "/metrics").await;
-    assert!(ok && !metrics.contains(&format!("namespace=\"{ns}\"")), "the standby reconciles nothing");
+    let metrics = standby.metrics().await;
+    assert!(!metrics.contains(&format!("namespace=\"{ns}\"")), "the standby reconciles nothing");
 
     // Security review finding 8: sign-in guessing is slowed per client.
     // Every attempt would be a TokenReview made with the operator's rights;

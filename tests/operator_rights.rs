@@ -6,6 +6,7 @@
 
 mod common;
 
+use common::operator::*;
 use common::*;
 use slotkeeper_api::admission::operator_user;
 
@@ -158,4 +159,36 @@ async fn the_operator_holds_exactly_the_committed_rights_and_its_writes_are_fenc
     );
     let (ok, out) = attempt(&["apply", "--server-side", "--field-manager=slotkeeper", "-f", "-"], Some(&owned));
     assert!(ok, "the operator's own Secret is refused: {out}");
+}
+
+/// `/metrics` names every namespace and cluster: it answers only a token
+/// RBAC lets `get` it (TokenReview, then SubjectAccessReview, as
+/// kube-rbac-proxy does), never an anonymous scraper or a tenant.
+#[tokio::test]
+async fn metrics_answer_only_a_token_allowed_to_read_them() {
+    let env = shared_env();
+    let operator = shared_operator(env);
+    let alice = format!("Authorization: Bearer {}", user_token(env, "alice"));
+    let get = |headers: Vec<String>| async move {
+        let (status, _, body) = http_request(operator.http_port, "GET", "/metrics", &headers, None).await;
+        (status, body)
+    };
+    let (status, body) = get(vec![]).await;
+    assert_eq!(status, 401, "anonymous: {body}");
+    assert!(!body.contains("slotkeeper_"), "no metric without a token");
+    let (status, _) = get(vec!["Authorization: Bearer not-a-token".into()]).await;
+    assert_eq!(status, 401, "a token the apiserver does not know");
+    let (status, body) = get(vec![alice.clone()]).await;
+    assert_eq!(status, 403, "alice may not get /metrics: {body}");
+    // Granted to bob (the operator keeps alice's answer a minute).
+    let bob = format!("Authorization: Bearer {}", user_token(env, "bob"));
+    let (ok, out) = kubectl(
+        env,
+        &["create", "clusterrolebinding", "bob-metrics", "--clusterrole=slotkeeper-metrics-reader", "--user=bob"],
+        None,
+    );
+    assert!(ok, "{out}");
+    let (status, body) = get(vec![bob]).await;
+    assert_eq!(status, 200, "bob, granted slotkeeper-metrics-reader: {body}");
+    assert!(body.contains("slotkeeper_"), "{body}");
 }

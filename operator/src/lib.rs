@@ -11,6 +11,7 @@ pub mod error;
 pub mod failpoint;
 pub mod leader;
 pub mod metrics;
+pub mod metrics_auth;
 pub mod plan;
 pub mod publish;
 pub mod redis;

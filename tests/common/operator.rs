@@ -24,12 +24,15 @@ pub fn shared_operator(env: &'static Environment) -> &'static Operator {
 pub struct Operator {
     pub process: ManagedProcess,
     pub http_port: u16,
+    /// A token RBAC lets `get` /metrics (the environment's administrator).
+    pub metrics_token: String,
 }
 
 impl Operator {
     pub async fn metrics(&self) -> String {
-        let (ok, body) = http_get(self.http_port, "/metrics").await;
-        assert!(ok, "GET /metrics failed: {body}");
+        let auth = format!("Authorization: Bearer {}", self.metrics_token);
+        let (status, _, body) = http_request(self.http_port, "GET", "/metrics", &[auth], None).await;
+        assert_eq!(status, 200, "GET /metrics failed: {body}");
         body
     }
 }
@@ -86,7 +89,8 @@ pub fn spawn_operator(env: &Environment, instance: &str, vars: &[(&str, &str)]) 
         spec = spec.env(*key, *value);
     }
     let process = ManagedProcess::spawn(spec).expect("the operator starts");
-    Operator { process, http_port }
+    let metrics_token = user_token(env, slotkeeper_env::control_plane::ADMIN_USER);
+    Operator { process, http_port, metrics_token }
 }
 
 /// Until a leader has pointed the CRDs' conversion at the webhook with its
