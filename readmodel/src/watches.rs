@@ -98,9 +98,15 @@ async fn watch_operations(api: Api<RedisOperation>, writer: Writer<RedisOperatio
     }
 }
 
+/// Events listed per page on a relist (a page of 1 MB Events is 16 MB).
+const EVENT_PAGE: u32 = 16;
+
 /// Events whose involved object is of `kind`, narrowed by the apiserver.
 async fn watch_events(api: Api<Event>, kind: &'static str, inner: Arc<Inner>) {
-    let config = watcher::Config::default().fields(&format!("involvedObject.kind={kind}"));
+    // Small pages: a relist after a flood of large Events (any namespace may
+    // file them; the namespaces are filtered only once they arrive) holds one
+    // page at a time, not 500 Events of up to 1 MB each.
+    let config = watcher::Config::default().fields(&format!("involvedObject.kind={kind}")).page_size(EVENT_PAGE);
     let mut stream = std::pin::pin!(watcher(api, config).default_backoff());
     let mut relisted: Vec<EventView> = Vec::new();
     while let Some(event) = stream.next().await {

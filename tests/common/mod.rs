@@ -10,6 +10,7 @@ use k8s_openapi::api::core::v1::{Namespace, Pod, ServiceAccount};
 use kube::api::PostParams;
 use kube::{Api, Client};
 pub mod browser;
+pub mod memory;
 pub mod metrics;
 pub mod operator;
 pub mod release;
