@@ -14,7 +14,7 @@ use crate::api::catalog;
 use crate::error::{Error, Result};
 use crate::failpoint;
 use crate::plan::{Action, Batch, PodFact};
-use crate::redis::client::{Logins, RedisNode};
+use crate::redis::client::RedisNode;
 use crate::redis::migrate::{self, Moved, Pair};
 use crate::resources::Names;
 use slotkeeper_api::acl::REPLICATION_USER;
@@ -41,9 +41,8 @@ pub struct Target<'a> {
     pub cluster: &'a str,
     /// The key of the cluster's pooled connections.
     pub key: &'a str,
-    pub logins: &'a Logins,
-    /// The users every node should have, and application users status says
-    /// were applied before (one no longer declared is deleted).
+    /// How to sign in, the users every node should have, and application
+    /// users status says were applied before (one no longer declared is deleted).
     pub users: &'a ClusterUsers,
     pub applied_before: &'a [String],
     /// The release the nodes run (what commands they understand).
@@ -78,7 +77,7 @@ async fn act_on(
     let ip_of: BTreeMap<&str, &str> = pods.iter().filter_map(|p| Some((p.name.as_str(), p.ip.as_deref()?))).collect();
     let connect = |pod: &str| {
         let ip = ip_of.get(pod).copied().unwrap_or_default().to_owned();
-        async move { ctx.redis.node(target.key, &ip, target.logins).await }
+        async move { ctx.redis.node(target.key, &ip, &target.users.logins).await }
     };
     let event = |reason: &str, note: String| Ok(Some((reason.to_owned(), note)));
     match action {
@@ -270,8 +269,8 @@ async fn apply_users(nodes: &mut [RedisNode], users: &ClusterUsers, applied_befo
 }
 
 async fn move_batch(ctx: &Context, target: &Target<'_>, batch: &Batch) -> Result<Moved> {
-    let mut source = ctx.redis.node(target.key, &batch.source.ip, target.logins).await?;
-    let mut destination = ctx.redis.node(target.key, &batch.target.ip, target.logins).await?;
+    let mut source = ctx.redis.node(target.key, &batch.source.ip, &target.users.logins).await?;
+    let mut destination = ctx.redis.node(target.key, &batch.target.ip, &target.users.logins).await?;
     let pair = Pair {
         source: &mut source,
         source_id: &batch.source.id,

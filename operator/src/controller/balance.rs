@@ -26,7 +26,7 @@ pub async fn plan(ctx: &Context, target: &Target<'_>, action: &Action) -> Result
         BalanceBy::Memory => try_join_all(masters.iter().map(|(shard, node)| {
             let slots: Vec<u16> = owned.get(shard).map(|r| expand(r).into_iter().collect()).unwrap_or_default();
             async move {
-                let mut connection = ctx.redis.node(target.key, &node.ip, target.logins).await?;
+                let mut connection = ctx.redis.node(target.key, &node.ip, &target.users.logins).await?;
                 Ok::<_, crate::error::Error>(weights::slot_bytes(&mut connection, &slots).await?)
             }
         }))

@@ -350,15 +350,8 @@ async fn reconcile_steps(cluster: &RedisCluster, ctx: &Context, namespace: &str)
 
     let release = crate::api::catalog::lookup(rollout.current.0, &rollout.current.1);
     let applied_before = applied_users(cluster).map(|a| a.users.clone()).unwrap_or_default();
-    let target = act::Target {
-        namespace,
-        cluster: &name,
-        key: &key,
-        logins: &users.logins,
-        users: &users,
-        applied_before: &applied_before,
-        release,
-    };
+    let target =
+        act::Target { namespace, cluster: &name, key: &key, users: &users, applied_before: &applied_before, release };
     let step_started = Timestamp::now();
     if let Action::Failover { pod, force, operation: Some(operation), .. } = &action {
         // The operation's status records the command before it is sent:

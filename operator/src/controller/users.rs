@@ -106,6 +106,12 @@ pub async fn logins(client: &Client, cluster: &RedisCluster, namespace: &str) ->
     })
 }
 
+/// Whether `cluster` (this very object, by uid) controls `secret`.
+fn owned_by(secret: &Secret, cluster: &RedisCluster) -> bool {
+    let uid = cluster.metadata.uid.as_deref();
+    secret.metadata.owner_references.iter().flatten().any(|o| o.controller == Some(true) && Some(o.uid.as_str()) == uid)
+}
+
 fn value(secret: &Secret, key: &str) -> Option<String> {
     let bytes = secret.data.as_ref()?.get(key)?;
     Some(String::from_utf8_lossy(&bytes.0).into_owned()).filter(|v| !v.is_empty())
@@ -127,6 +133,14 @@ async fn internal(client: &Client, cluster: &RedisCluster, namespace: &str, crea
     if let Some(secret) =
         secrets.get_opt(&name).await.map_err(Error::kube(format!("read Secret {namespace}/{name}")))?
     {
+        // Anyone who may create Secrets here could have made one by that
+        // name: the operator's own password comes only from its own.
+        if !owned_by(&secret, cluster) {
+            return Err(Error::InvalidSpec(format!(
+                "Secret {namespace}/{name} exists but this RedisCluster does not own it: the operator keeps its \
+                 own and replication's passwords there; rename or delete that Secret"
+            )));
+        }
         return read(&secret);
     }
     if !create {
@@ -163,6 +177,23 @@ mod tests {
                 rules: vec!["~*".into(), "+@read".into()],
             }],
         }
+    }
+
+    #[test]
+    fn only_a_secret_this_very_cluster_controls_holds_the_operators_password() {
+        let spec = serde_json::json!({"masters": 3, "redis": {"version": "7.0.15"}});
+        let mut cluster = RedisCluster::new("cache", serde_json::from_value(spec).unwrap());
+        cluster.metadata.uid = Some("uid-1".into());
+        let secret = |uid: &str, controller: bool| {
+            serde_json::from_value::<Secret>(serde_json::json!({"metadata": {"name": "cache-acl", "ownerReferences": [
+                {"apiVersion": "slotkeeper.io/v1", "kind": "RedisCluster", "name": "cache", "uid": uid, "controller": controller}
+            ]}}))
+            .unwrap()
+        };
+        assert!(owned_by(&secret("uid-1", true), &cluster));
+        assert!(!owned_by(&secret("uid-2", true), &cluster), "a cluster of the same name made before");
+        assert!(!owned_by(&secret("uid-1", false), &cluster));
+        assert!(!owned_by(&Secret::default(), &cluster), "a look-alike made by someone else");
     }
 
     #[test]
