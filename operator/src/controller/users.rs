@@ -118,8 +118,10 @@ fn value(secret: &Secret, key: &str) -> Option<String> {
 }
 
 /// The operator's and replication's passwords from `<cluster>-acl`, made
-/// once with random passwords when `create` (never rotated by the operator;
-/// deleting the Secret makes new ones, applied live like any user change).
+/// once with random passwords when `create` and never rotated by the
+/// operator. Deleting the Secret makes new ones, which reach the nodes only
+/// through the `default` user: with it off, the operator is locked out
+/// until the Secret is restored.
 async fn internal(client: &Client, cluster: &RedisCluster, namespace: &str, create: bool) -> Result<(String, String)> {
     let name = Names(&cluster.name_any()).acl_secret();
     let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
