@@ -3,7 +3,9 @@
 //! the non-resource URL `/metrics` (SubjectAccessReview), as kube-rbac-proxy
 //! checks. Grant it with ClusterRole `slotkeeper-metrics-reader`. Answers are
 //! kept a minute per token digest, so a scrape every few seconds costs two
-//! reviews a minute.
+//! reviews a minute; tokens not seen before are reviewed at most
+//! [`REVIEWS_BURST`] at once, then one a second (429 meanwhile), so nobody
+//! floods the apiserver with reviews made with the operator's rights.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -24,15 +26,30 @@ const KEEP: Duration = Duration::from_secs(60);
 const MAX_KEPT: usize = 256;
 /// The longest token looked at (a service account token is ~1 KiB).
 const MAX_TOKEN_BYTES: usize = 16 * 1024;
+/// Reviews of new tokens at once; then [`REVIEWS_PER_SECOND`].
+const REVIEWS_BURST: f64 = 10.0;
+const REVIEWS_PER_SECOND: f64 = 1.0;
 
 pub struct MetricsAuth {
     client: kube::Client,
     answers: Mutex<HashMap<[u8; 32], (Instant, StatusCode)>>,
+    /// Reviews left, and when that was counted.
+    reviews: Mutex<(f64, Instant)>,
 }
 
 impl MetricsAuth {
     pub fn new(client: kube::Client) -> Self {
-        Self { client, answers: Mutex::default() }
+        Self { client, answers: Mutex::default(), reviews: Mutex::new((REVIEWS_BURST, Instant::now())) }
+    }
+
+    /// Takes one review, if one is left.
+    fn take_review(&self, now: Instant) -> bool {
+        let mut reviews = self.reviews.lock().expect("reviews lock");
+        let (left, at) = *reviews;
+        let left = (left + now.saturating_duration_since(at).as_secs_f64() * REVIEWS_PER_SECOND).min(REVIEWS_BURST);
+        let taken = left >= 1.0;
+        *reviews = (if taken { left - 1.0 } else { left }, now);
+        taken
     }
 
     /// `OK`, or the status to answer with: 401 without a valid token, 403
@@ -45,6 +62,9 @@ impl MetricsAuth {
             && at.elapsed() < KEEP
         {
             return *answer;
+        }
+        if !self.take_review(Instant::now()) {
+            return StatusCode::TOO_MANY_REQUESTS;
         }
         let answer = match self.review(token).await {
             Ok(answer) => answer,
@@ -101,6 +121,18 @@ fn bearer(headers: &HeaderMap) -> Option<&str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn new_tokens_are_reviewed_in_a_burst_then_one_a_second() {
+        let config = kube::Config::new("http://127.0.0.1:1".parse().unwrap());
+        let auth = MetricsAuth::new(kube::Client::try_from(config).unwrap());
+        let start = Instant::now();
+        let taken = (0..100).filter(|_| auth.take_review(start)).count();
+        assert_eq!(taken, REVIEWS_BURST as usize, "a flood of new tokens: only the burst is reviewed");
+        assert!(!auth.take_review(start + Duration::from_millis(500)));
+        assert!(auth.take_review(start + Duration::from_millis(1001)), "one more a second later");
+        assert!(!auth.take_review(start + Duration::from_millis(1002)));
+    }
 
     #[test]
     fn only_a_sane_bearer_token_is_read() {

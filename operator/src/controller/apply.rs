@@ -184,15 +184,11 @@ async fn apply_if_changed(ctx: &Context, namespace: &str, desired: &Desired) -> 
 /// The cluster's password: from the user's Secret, or generated once into
 /// `<name>-password` and never rotated by the operator.
 pub async fn password(client: &kube::Client, cluster: &RedisCluster, namespace: &str) -> Result<String> {
+    if let Some(password) = existing_password(client, cluster, namespace).await? {
+        return Ok(password);
+    }
     let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
     let (secret_name, key) = resources::password_source(cluster);
-    // Read by name each time (a user's rotation is seen); the admission
-    // policy made sure the cluster's author may read it too.
-    let existing =
-        secrets.get_opt(&secret_name).await.map_err(Error::kube(format!("read Secret {namespace}/{secret_name}")))?;
-    if let Some(secret) = existing {
-        return password_in(&secret, namespace, &secret_name, &key);
-    }
     if cluster.spec.auth.is_some() {
         return Err(Error::InvalidSpec(format!(
             "spec.auth.secretName: Secret {namespace}/{secret_name} does not exist; create it with key {key:?}"
@@ -217,6 +213,22 @@ pub async fn password(client: &kube::Client, cluster: &RedisCluster, namespace: 
         }
         Err(e) => Err(Error::kube(format!("create Secret {namespace}/{secret_name}"))(e)),
     }
+}
+
+/// The cluster's password if its Secret exists; creates nothing (readers
+/// on any replica use it).
+pub async fn existing_password(
+    client: &kube::Client,
+    cluster: &RedisCluster,
+    namespace: &str,
+) -> Result<Option<String>> {
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
+    let (secret_name, key) = resources::password_source(cluster);
+    // Read by name each time (a user's rotation is seen); the admission
+    // policy made sure the cluster's author may read it too.
+    let existing =
+        secrets.get_opt(&secret_name).await.map_err(Error::kube(format!("read Secret {namespace}/{secret_name}")))?;
+    existing.map(|secret| password_in(&secret, namespace, &secret_name, &key)).transpose()
 }
 
 fn password_in(secret: &Secret, namespace: &str, secret_name: &str, key: &str) -> Result<String> {

@@ -96,7 +96,10 @@ pub async fn read(client: &Client, cluster: &RedisCluster, namespace: &str) -> R
 /// anything (the operation controller, the sampler): without `<cluster>-acl`
 /// yet, both logins are the `default` user's.
 pub async fn logins(client: &Client, cluster: &RedisCluster, namespace: &str) -> Result<Logins> {
-    let default = super::apply::password(client, cluster, namespace).await?;
+    let (secret, _) = resources::password_source(cluster);
+    let default = super::apply::existing_password(client, cluster, namespace)
+        .await?
+        .ok_or_else(|| Error::InvalidSpec(format!("Secret {namespace}/{secret} does not exist yet")))?;
     let fallback = Login { user: None, password: default };
     Ok(match internal(client, cluster, namespace, false).await {
         Ok((operator, _)) => {
