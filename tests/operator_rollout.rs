@@ -342,7 +342,9 @@ async fn a_rollout_cancelled_after_a_replica_saved_in_valkeys_format_goes_back_w
     let paused = r#"{"spec":{"paused":true}}"#;
     let (ok, out) = kubectl(env, &["patch", "rdc", "undo", "-n", &ns, "--type=merge", "-p", paused], None);
     assert!(ok, "{out}");
-    let replica_ip = wait_until("undo-shard-0-1 back on valkey 8.1.8, linked", Duration::from_secs(120), || async {
+    // Generous: under CI's load (five rollouts at once on two cores) its
+    // start and full sync once took longer than two minutes.
+    let replica_ip = wait_until("undo-shard-0-1 back on valkey 8.1.8, linked", Duration::from_secs(240), || async {
         let pod = pods.get("undo-shard-0-1").await.ok()?;
         let ip = pod.status.as_ref()?.pod_ip.clone()?;
         let server = info(&ip, &password, "server").await?;
