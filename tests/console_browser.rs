@@ -14,8 +14,10 @@ use common::operator::*;
 use common::writer::{ClusterClient, assert_none_lost};
 use common::*;
 use fantoccini::Locator;
+use k8s_openapi::api::core::v1::Secret;
 use kube::Api;
 use slotkeeper_api::RedisCluster;
+use slotkeeper_console::session::SessionKey;
 
 const OPERATOR_ROLE: &str = "slotkeeper-redis-operator";
 
@@ -374,7 +376,8 @@ async fn a_standby_replica_serves_the_console_and_accepts_the_leaders_sessions()
     .await;
 
     // A session begun on the leader...
-    let cookie = console_session("127.0.0.1", leader.http_port, &user_token(env, "alice")).await;
+    let token = user_token(env, "alice");
+    let cookie = console_session("127.0.0.1", leader.http_port, &token).await;
     // ...opens on the standby, which shows the cluster from its own watches
     // and samples Redis itself while another replica leads.
     let page = format!("/clusters/{ns}/spare");
@@ -390,6 +393,8 @@ async fn a_standby_replica_serves_the_console_and_accepts_the_leaders_sessions()
     assert_eq!(body.matches("data-role=\"master\"").count(), 3, "roles from the standby's own observation");
     let metrics = standby.metrics().await;
     assert!(!metrics.contains(&format!("namespace=\"{ns}\"")), "the standby reconciles nothing");
+    let replicas = [leader, &standby];
+    session_ends_everywhere_and_no_secret_opens_its_cookie(&client, (&token, &cookie), replicas, &page).await;
 
     // Security review finding 8: sign-in guessing is slowed per client.
     // Every attempt would be a TokenReview made with the operator's rights;
@@ -421,4 +426,56 @@ async fn a_standby_replica_serves_the_console_and_accepts_the_leaders_sessions()
         assert_eq!(limited, i >= 5, "attempt {}: limited {limited}", i + 1);
     }
     assert!(!flashes[7].contains("Signed in as"), "a good token waits its turn too");
+}
+
+/// Every way `sealed` could be opened with what the operator's namespace
+/// holds: the shared console key and every 32-byte prefix of every value of
+/// every Secret there (a session's own key is one of them while it is open).
+async fn tokens_recovered(client: &kube::Client, sealed: &str) -> Vec<String> {
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), "slotkeeper-system");
+    let mut found = Vec::new();
+    for secret in secrets.list(&Default::default()).await.unwrap() {
+        for bytes in secret.data.unwrap_or_default().into_values() {
+            let Some(key) = bytes.0.get(..SessionKey::LEN).and_then(|k| SessionKey::new(k).ok()) else { continue };
+            for part in [sealed, sealed.split_once('.').map_or(sealed, |(_, rest)| rest)] {
+                if let Some(session) = key.open::<serde_json::Value>(part) {
+                    found.push(session["token"].as_str().unwrap_or_default().to_owned());
+                }
+            }
+        }
+    }
+    found
+}
+
+/// Security review finding 8: the session cookie used to be sealed under
+/// one key in a Secret, so whoever could read that Secret recovered the
+/// bearer token from any cookie ever captured, and signing out only deleted
+/// the cookie in one browser. Now each session has its own key, deleted at
+/// sign-out: the session ends on every replica, and a captured cookie opens
+/// for nobody, even with every Secret of the operator's namespace in hand.
+async fn session_ends_everywhere_and_no_secret_opens_its_cookie(
+    client: &kube::Client,
+    (token, cookie): (&str, &str),
+    [leader, standby]: [&Operator; 2],
+    page: &str,
+) {
+    let sealed = cookie.strip_prefix("Cookie: slotkeeper_session=").expect("a session cookie");
+    // While it is open an administrator holding the Secrets does open it
+    // (the search below can find a token), but not with the shared key.
+    let recovered = tokens_recovered(client, sealed).await;
+    assert_eq!(recovered, [token], "only the session's own key opens its cookie");
+    let headers = [cookie.to_owned(), "Sec-Fetch-Site: same-origin".to_owned(), "Accept: text/html".to_owned()];
+    let (status, head, _) =
+        http_request_to("127.0.0.1", leader.http_port, "POST", "/actions/sign-out", &headers, Some("")).await;
+    assert_eq!(status, 302, "{head}");
+    assert!(head.contains("slotkeeper_session=; Path=/; Max-Age=0"), "the cookie is deleted: {head}");
+    // The browser's copy is gone; a copy taken before no longer opens on the other replica.
+    wait_until("the standby to refuse the signed-out session", Duration::from_secs(10), || async {
+        let (status, head, _) = http_request(standby.http_port, "GET", page, &[cookie.to_owned()], None).await;
+        (status == 303 && head.contains("location: /signin")).then_some(())
+    })
+    .await;
+    let (status, _, _) = http_request(leader.http_port, "GET", page, &[cookie.to_owned()], None).await;
+    assert_eq!(status, 303, "nor on the replica that signed it out");
+    assert!(tokens_recovered(client, sealed).await.is_empty(), "no Secret opens the cookie after sign-out");
 }

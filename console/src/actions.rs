@@ -65,7 +65,7 @@ pub async fn sign_in(token: String, next: Option<String>) -> Result<(), ServerFn
 
 #[server(prefix = "/actions", endpoint = "sign-out")]
 pub async fn sign_out() -> Result<(), ServerFnError> {
-    server::sign_out();
+    server::sign_out().await;
     Ok(())
 }
 
@@ -84,7 +84,7 @@ pub(crate) mod server {
     use crate::Console;
     use crate::access::Check;
     use crate::pages::paths;
-    use crate::session::{FLASH_COOKIE, Flash, SESSION_COOKIE, SESSION_SECONDS, Session, over_tls, set_cookie};
+    use crate::session::{FLASH_COOKIE, Flash, SESSION_COOKIE, SESSION_SECONDS, Session, cookie, over_tls, set_cookie};
 
     /// The field manager of changes made from the console (the user is in the audit log).
     pub const FIELD_MANAGER: &str = "slotkeeper-console";
@@ -368,9 +368,9 @@ pub(crate) mod server {
         if token.is_empty() {
             return finish(&request, &back, refused("Paste a bearer token to sign in."));
         }
-        let Some(key) = request.console.keys.get() else {
+        if request.console.keys.get().is_none() {
             return finish(&request, &back, refused("The console is still starting; try again in a moment."));
-        };
+        }
         // Each attempt is a TokenReview made with the operator's rights.
         let client = use_context::<http::request::Parts>().and_then(|p| {
             p.extensions.get::<axum::extract::ConnectInfo<std::net::SocketAddr>>().map(|info| info.0.ip())
@@ -402,15 +402,32 @@ pub(crate) mod server {
         };
         let now = k8s_openapi::jiff::Timestamp::now().as_second();
         let session = Session::new(username.clone(), user.groups.unwrap_or_default(), token, now);
+        let sealed = match request.console.sessions.begin(&session, now).await {
+            Ok(sealed) => sealed,
+            Err(error) => {
+                tracing::warn!(user = %username, %error, "console: cannot begin a session");
+                return finish(&request, &back, refused(format!("Cannot sign you in: {error}.")));
+            }
+        };
         let max_age = (session.expires - now).clamp(0, SESSION_SECONDS);
-        let cookie = set_cookie(SESSION_COOKIE, &key.seal(&session), max_age, request.secure);
+        let cookie = set_cookie(SESSION_COOKIE, &sealed, max_age, request.secure);
         expect_context::<ResponseOptions>().append_header(SET_COOKIE, cookie);
         tracing::info!(user = %username, "console: signed in");
         finish(&request, &safe_next(next.as_deref()), ok(format!("Signed in as {username}.")));
     }
 
-    pub fn sign_out() {
+    /// Ends the session on every replica (its key is deleted), then the cookie.
+    pub async fn sign_out() {
         let request = request();
+        let sealed = use_context::<http::request::Parts>()
+            .and_then(|parts| cookie(&parts.headers, SESSION_COOKIE).map(str::to_owned));
+        if let Some(sealed) = sealed
+            && let Err(error) = request.console.sessions.end(&sealed).await
+        {
+            tracing::warn!(%error, "console: cannot end a session");
+            let text = format!("Not signed out: {error}. Try again in a moment.");
+            return finish(&request, paths::CLUSTERS, refused(text));
+        }
         let options = expect_context::<ResponseOptions>();
         options.append_header(SET_COOKIE, set_cookie(SESSION_COOKIE, "", 0, request.secure));
         if let Some(session) = &request.session {

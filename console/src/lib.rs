@@ -24,6 +24,7 @@ pub mod render;
 mod routes;
 pub mod security;
 pub mod session;
+pub mod session_store;
 pub mod upgrade_plans;
 pub mod users;
 pub mod view;
@@ -39,6 +40,7 @@ use tower_http::set_header::SetResponseHeaderLayer;
 use access::Access;
 use keys::SessionKeys;
 use render::Renders;
+use session_store::SessionStore;
 use users::UserClients;
 
 /// What the console is built from.
@@ -60,6 +62,7 @@ pub struct Console {
     pub(crate) users: UserClients,
     pub(crate) access: Access,
     pub(crate) keys: Arc<SessionKeys>,
+    pub(crate) sessions: SessionStore,
     pub(crate) renders: Renders,
     pub(crate) sign_ins: limits::SignInLimiter,
 }
@@ -67,8 +70,9 @@ pub struct Console {
 /// The console's routes, to merge beside the operator's. The session key is
 /// loaded in the background; until then pages answer 503.
 pub fn router(config: ConsoleConfig) -> Router {
-    let keys = SessionKeys::load(config.client.clone(), config.key_namespace);
+    let keys = SessionKeys::load(config.client.clone(), config.key_namespace.clone());
     routes(Console {
+        sessions: SessionStore::new(config.client.clone(), &config.key_namespace),
         readmodel: config.readmodel,
         users: UserClients::new(config.user_config),
         client: config.client,

@@ -85,9 +85,10 @@ async fn next_update(
     }
 }
 
-/// Ends the stream when the session expired: the script reloads, which signs in again.
-async fn expired(session: &Session, out: &mpsc::Sender<Event>) -> bool {
-    if !session.expired(Timestamp::now().as_second()) {
+/// Ends the stream when the session expired or was signed out (on any
+/// replica): the script reloads, which leads to sign-in.
+async fn expired(console: &Console, session: &Session, out: &mpsc::Sender<Event>) -> bool {
+    if console.sessions.alive(session, Timestamp::now().as_second()).await {
         return false;
     }
     signed_out(out).await;
@@ -121,7 +122,7 @@ pub async fn clusters(
                 return;
             }
             first = false;
-            if expired(&session, &out).await {
+            if expired(&console, &session, &out).await {
                 return;
             }
             let present = crate::access::namespaces_of(&console.readmodel.clusters()).into_keys().collect();
@@ -191,7 +192,7 @@ pub async fn cluster(
                 return;
             }
             first = false;
-            if expired(&session, &out).await {
+            if expired(&console, &session, &out).await {
                 return;
             }
             let access = match ClusterAccess::of(&console.access, &console.users, &session, &key).await {

@@ -25,13 +25,11 @@ use crate::security::Nonce;
 use crate::session::{FLASH_COOKIE, Flash, SESSION_COOKIE, Session, cookie, over_tls, set_cookie};
 use crate::upgrade_plans;
 
-/// Puts the request's session, if its cookie opens and has not expired, in
-/// the request's extensions.
+/// Puts the request's session, if its cookie opens, has not expired and was
+/// not signed out, in the request's extensions.
 pub async fn sessions(State(console): State<Arc<Console>>, mut request: Request, next: Next) -> Response {
-    if let Some(key) = console.keys.get()
-        && let Some(sealed) = cookie(request.headers(), SESSION_COOKIE)
-        && let Some(session) = key.open::<Session>(sealed)
-        && !session.expired(Timestamp::now().as_second())
+    if let Some(sealed) = cookie(request.headers(), SESSION_COOKIE)
+        && let Some(session) = console.sessions.open(sealed, Timestamp::now().as_second()).await
     {
         request.extensions_mut().insert(session);
     }

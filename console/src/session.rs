@@ -1,8 +1,8 @@
-//! Sessions live in the browser, sealed: the signed-in user's name, groups,
-//! bearer token and expiry, encrypted and authenticated with AES-256-GCM
-//! under a key every replica shares (see [`crate::keys`]), in an HttpOnly,
-//! SameSite=Strict cookie. Nothing about a session is kept on the server, so
-//! any replica accepts it and a restart signs nobody out.
+//! A session: the signed-in user's name, groups, bearer token and expiry,
+//! encrypted and authenticated with AES-256-GCM in an HttpOnly,
+//! SameSite=Strict cookie, under a key of its own kept on the server (see
+//! [`crate::session_store`]). One-time messages are sealed the same way
+//! under the key every replica shares (see [`crate::keys`]).
 
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
@@ -26,6 +26,9 @@ pub struct Session {
     token: String,
     /// Unix seconds.
     pub expires: i64,
+    /// Which entry of the session store holds its key (not in the sealed part).
+    #[serde(skip)]
+    pub(crate) id: String,
 }
 
 impl std::fmt::Debug for Session {
@@ -37,7 +40,7 @@ impl std::fmt::Debug for Session {
 impl Session {
     pub fn new(user: String, groups: Vec<String>, token: String, now: i64) -> Self {
         let expires = (now + SESSION_SECONDS).min(token_expiry(&token).unwrap_or(i64::MAX));
-        Self { user, groups, token, expires }
+        Self { user, groups, token, expires, id: String::new() }
     }
 
     /// The user as a person reads it: a ServiceAccount's name and namespace
