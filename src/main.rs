@@ -21,6 +21,7 @@ use slotkeeper_operator::sampler::Sampler;
 use slotkeeper_operator::server::{self, ServerState};
 use slotkeeper_operator::webhook::certs::Lifetimes;
 use slotkeeper_operator::webhook::{Endpoint, Keeper, WebhookConfig};
+use slotkeeper_readmodel::scope::Namespaces;
 use slotkeeper_upgrade::manager::{ConversionSource, Manager};
 
 /// jemalloc, configured in `.cargo/config.toml` to hand freed pages back
@@ -111,9 +112,10 @@ struct RunArgs {
     /// Kubeconfig to use; in-cluster configuration (or $KUBECONFIG) when absent.
     #[arg(long, env = "KUBECONFIG")]
     kubeconfig: Option<PathBuf>,
-    /// Watch only this namespace; all namespaces when absent.
-    #[arg(long, env = "SLOTKEEPER_NAMESPACE")]
-    namespace: Option<String>,
+    /// Watch and manage only these namespaces (comma-separated; rights
+    /// granted there suffice, e.g. RoleBindings); all namespaces when absent.
+    #[arg(long, env = "SLOTKEEPER_NAMESPACE", value_delimiter = ',')]
+    namespace: Vec<String>,
     #[arg(long, value_enum, default_value_t = LogFormat::Pretty, env = "SLOTKEEPER_LOG_FORMAT")]
     log_format: LogFormat,
     /// This replica's identity (events, leader election); the Pod name in a cluster.
@@ -295,9 +297,9 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         args.leader_election_namespace.clone(),
         args.leader_elect,
     ));
-    let namespace = args.namespace.as_deref();
+    let namespaces = Namespaces::parse(&args.namespace)?;
     // Fed on every replica: a standby serves the console too.
-    let (readmodel, publisher) = slotkeeper_readmodel::start(client.clone(), namespace);
+    let (readmodel, publisher) = slotkeeper_readmodel::start(client.clone(), &namespaces);
 
     let ready = Arc::new(AtomicBool::new(false));
     let metrics_auth = Some(Arc::new(slotkeeper_operator::metrics_auth::MetricsAuth::new(client.clone())));
@@ -311,13 +313,13 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         }));
     }
     let mut server = serve_apart(args.http_addr, app)?;
-    tracing::info!(namespace = namespace.unwrap_or("<all>"), instance = %args.instance, console = args.console, "slotkeeper operator starting");
+    tracing::info!(namespaces = namespaces.describe(), instance = %args.instance, console = args.console, "slotkeeper operator starting");
 
-    let (caches, triggers) = Caches::new(&client, namespace);
+    let (caches, triggers) = Caches::new(&client, &namespaces);
     let ctx = Arc::new(Context::new(client.clone(), args.instance.clone(), metrics, caches, publisher.clone()));
     if !args.leader_elect {
         ready.store(true, Ordering::Relaxed);
-        controller::run(ctx, triggers, namespace).await;
+        controller::run(ctx, triggers, &namespaces).await;
         tracing::info!("slotkeeper operator stopped");
         return Ok(());
     }
@@ -347,7 +349,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     // Leading now: reconciles publish what they observe; the sampler stops.
     drop(sampler);
     tokio::select! {
-        _ = controller::run(ctx, triggers, namespace) => {
+        _ = controller::run(ctx, triggers, &namespaces) => {
             tracing::info!("slotkeeper operator stopped");
             Ok(())
         }

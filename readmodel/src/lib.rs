@@ -16,6 +16,7 @@
 pub mod events;
 pub mod observation;
 pub mod samples;
+pub mod scope;
 mod watches;
 
 use std::collections::HashMap;
@@ -115,9 +116,9 @@ pub struct Publisher {
     inner: Arc<Inner>,
 }
 
-/// Starts the watches (in `namespace`, or all) and returns both handles.
+/// Starts the watches (in `namespaces`) and returns both handles.
 /// Must be called inside a Tokio runtime; the watches run until it stops.
-pub fn start(client: kube::Client, namespace: Option<&str>) -> (ReadModel, Publisher) {
+pub fn start(client: kube::Client, namespaces: &scope::Namespaces) -> (ReadModel, Publisher) {
     let (changes, _) = broadcast::channel(CHANGES_BUFFERED);
     let (synced_tx, synced) = tokio::sync::watch::channel(false);
     let (clusters, cluster_writer) = kube::runtime::reflector::store();
@@ -133,7 +134,7 @@ pub fn start(client: kube::Client, namespace: Option<&str>) -> (ReadModel, Publi
         versions: Default::default(),
         synced,
     });
-    watches::spawn(&client, namespace, &inner, cluster_writer, operation_writer, synced_tx);
+    watches::spawn(&client, namespaces, &inner, cluster_writer, operation_writer, synced_tx);
     (ReadModel { inner: inner.clone() }, Publisher { inner })
 }
 

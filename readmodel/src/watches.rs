@@ -5,25 +5,17 @@
 use std::sync::Arc;
 
 use futures::StreamExt as _;
+use futures::stream::BoxStream;
 use k8s_openapi::api::core::v1::Event;
 use kube::runtime::reflector::store::Writer;
-use kube::runtime::watcher::{self, Event as Watched, watcher};
+use kube::runtime::watcher::{self, Event as Watched};
 use kube::runtime::{WatchStreamExt as _, reflector};
-use kube::{Api, Client, Resource, ResourceExt as _};
+use kube::{Client, Resource, ResourceExt as _};
 use slotkeeper_api::{RedisCluster, RedisOperation};
 
 use crate::events::{EventView, KIND_CLUSTER, KIND_OPERATION, KIND_POD, cluster_of_pod};
+use crate::scope::{Namespaces, Watched as Watch};
 use crate::{Change, ClusterKey, Inner};
-
-fn api<K>(client: &Client, namespace: Option<&str>) -> Api<K>
-where
-    K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
-{
-    match namespace {
-        Some(ns) => Api::namespaced(client.clone(), ns),
-        None => Api::all(client.clone()),
-    }
-}
 
 /// Drops what nothing here reads from a cached object: `managedFields`,
 /// the field managers' bookkeeping, often a third of an object's size.
@@ -37,16 +29,21 @@ fn key_of<K: Resource>(object: &K) -> ClusterKey {
 
 pub(crate) fn spawn(
     client: &Client,
-    namespace: Option<&str>,
+    namespaces: &Namespaces,
     inner: &Arc<Inner>,
     clusters: Writer<RedisCluster>,
     operations: Writer<RedisOperation>,
     synced: tokio::sync::watch::Sender<bool>,
 ) {
-    tokio::spawn(watch_clusters(api(client, namespace), clusters, inner.clone()));
-    tokio::spawn(watch_operations(api(client, namespace), operations, inner.clone()));
+    let all = watcher::Config::default();
+    tokio::spawn(watch_clusters(namespaces.watch(client, all.clone()), clusters, inner.clone()));
+    tokio::spawn(watch_operations(namespaces.watch(client, all), operations, inner.clone()));
     for kind in [KIND_CLUSTER, KIND_OPERATION, KIND_POD] {
-        tokio::spawn(watch_events(api(client, namespace), kind, inner.clone()));
+        // Small pages: a relist after a flood of large Events (any namespace
+        // may file them; the namespaces are filtered only once they arrive)
+        // holds one page at a time, not 500 Events of up to 1 MB each.
+        let config = watcher::Config::default().fields(&format!("involvedObject.kind={kind}")).page_size(EVENT_PAGE);
+        tokio::spawn(watch_events(namespaces.watch(client, config), kind, inner.clone()));
     }
     let stores = inner.clone();
     tokio::spawn(async move {
@@ -56,9 +53,12 @@ pub(crate) fn spawn(
     });
 }
 
-async fn watch_clusters(api: Api<RedisCluster>, writer: Writer<RedisCluster>, inner: Arc<Inner>) {
-    let mut stream =
-        std::pin::pin!(watcher(api, watcher::Config::default()).default_backoff().modify(slim).reflect(writer));
+async fn watch_clusters(
+    watch: BoxStream<'static, Watch<RedisCluster>>,
+    writer: Writer<RedisCluster>,
+    inner: Arc<Inner>,
+) {
+    let mut stream = std::pin::pin!(watch.modify(slim).reflect(writer));
     while let Some(event) = stream.next().await {
         match event {
             Ok(Watched::Apply(cluster)) => inner.notify(Change::Cluster(key_of(&cluster))),
@@ -81,9 +81,12 @@ async fn watch_clusters(api: Api<RedisCluster>, writer: Writer<RedisCluster>, in
     }
 }
 
-async fn watch_operations(api: Api<RedisOperation>, writer: Writer<RedisOperation>, inner: Arc<Inner>) {
-    let mut stream =
-        std::pin::pin!(watcher(api, watcher::Config::default()).default_backoff().modify(slim).reflect(writer));
+async fn watch_operations(
+    watch: BoxStream<'static, Watch<RedisOperation>>,
+    writer: Writer<RedisOperation>,
+    inner: Arc<Inner>,
+) {
+    let mut stream = std::pin::pin!(watch.modify(slim).reflect(writer));
     while let Some(event) = stream.next().await {
         match event {
             Ok(Watched::Apply(operation) | Watched::Delete(operation)) => {
@@ -102,12 +105,8 @@ async fn watch_operations(api: Api<RedisOperation>, writer: Writer<RedisOperatio
 const EVENT_PAGE: u32 = 16;
 
 /// Events whose involved object is of `kind`, narrowed by the apiserver.
-async fn watch_events(api: Api<Event>, kind: &'static str, inner: Arc<Inner>) {
-    // Small pages: a relist after a flood of large Events (any namespace may
-    // file them; the namespaces are filtered only once they arrive) holds one
-    // page at a time, not 500 Events of up to 1 MB each.
-    let config = watcher::Config::default().fields(&format!("involvedObject.kind={kind}")).page_size(EVENT_PAGE);
-    let mut stream = std::pin::pin!(watcher(api, config).default_backoff());
+async fn watch_events(watch: BoxStream<'static, Watch<Event>>, kind: &'static str, inner: Arc<Inner>) {
+    let mut stream = watch;
     let mut relisted: Vec<EventView> = Vec::new();
     while let Some(event) = stream.next().await {
         match event {

@@ -18,8 +18,9 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::core::PartialObjectMeta;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt as _, watcher};
-use kube::{Api, Client, Resource};
+use kube::{Client, Resource};
 use serde::de::DeserializeOwned;
+use slotkeeper_readmodel::scope::Namespaces;
 
 use crate::api::names::{ANNOTATION_SPEC_HASH, LABEL_CLUSTER};
 use crate::api::{OperationPhase, OperationType, RedisCluster, RedisOperation};
@@ -53,16 +54,6 @@ pub struct Triggers {
     pub disruption_budgets: Trigger<PartialObjectMeta<PodDisruptionBudget>>,
     pub network_policies: Trigger<PartialObjectMeta<NetworkPolicy>>,
     pub operations: Trigger<RedisOperation>,
-}
-
-fn api<K>(client: &Client, namespace: Option<&str>) -> Api<K>
-where
-    K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
-{
-    match namespace {
-        Some(ns) => Api::namespaced(client.clone(), ns),
-        None => Api::all(client.clone()),
-    }
 }
 
 pub use slotkeeper_readmodel::slim;
@@ -100,7 +91,7 @@ fn labelled() -> watcher::Config {
 
 /// A labelled watch feeding a store, each object cut down by `trim` first;
 /// for `PartialObjectMeta<_>` it asks the apiserver for metadata only.
-fn watch<K>(client: &Client, namespace: Option<&str>, trim: fn(&mut K)) -> (Store<K>, Trigger<K>)
+fn watch<K>(client: &Client, namespaces: &Namespaces, trim: fn(&mut K)) -> (Store<K>, Trigger<K>)
 where
     K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
         + Clone
@@ -111,26 +102,22 @@ where
         + 'static,
 {
     let (store, writer) = reflector::store();
-    let stream = watcher(api::<K>(client, namespace), labelled())
-        .default_backoff()
-        .modify(trim)
-        .reflect(writer)
-        .touched_objects();
+    let stream = namespaces.watch(client, labelled()).modify(trim).reflect(writer).touched_objects();
     (store, Box::pin(stream))
 }
 
 impl Caches {
-    pub fn new(client: &Client, namespace: Option<&str>) -> (Self, Triggers) {
-        let (pods, pod_trigger) = watch(client, namespace, slim_pod);
-        let (stateful_sets, set_trigger) = watch(client, namespace, slim);
-        let (services, service_trigger) = watch(client, namespace, slim);
-        let (config_maps, config_map_trigger) = watch(client, namespace, slim);
-        let (disruption_budgets, budget_trigger) = watch(client, namespace, slim);
-        let (network_policies, policy_trigger) = watch(client, namespace, slim);
+    pub fn new(client: &Client, namespaces: &Namespaces) -> (Self, Triggers) {
+        let (pods, pod_trigger) = watch(client, namespaces, slim_pod);
+        let (stateful_sets, set_trigger) = watch(client, namespaces, slim);
+        let (services, service_trigger) = watch(client, namespaces, slim);
+        let (config_maps, config_map_trigger) = watch(client, namespaces, slim);
+        let (disruption_budgets, budget_trigger) = watch(client, namespaces, slim);
+        let (network_policies, policy_trigger) = watch(client, namespaces, slim);
         let (operations, operation_writer) = reflector::store();
         let operation_trigger = Box::pin(
-            watcher(api::<RedisOperation>(client, namespace), watcher::Config::default())
-                .default_backoff()
+            namespaces
+                .watch::<RedisOperation>(client, watcher::Config::default())
                 .modify(slim)
                 .reflect(operation_writer)
                 .touched_objects(),

@@ -37,6 +37,7 @@ use crate::redis::pool::Pool;
 use crate::resources::ShardShape;
 use cache::{Caches, Triggers};
 use events::{EventType, Events};
+use slotkeeper_readmodel::scope::Namespaces;
 use slotkeeper_readmodel::{ClusterKey, Publisher, Source};
 
 /// Right after a step, look again at once (the next step usually follows);
@@ -154,19 +155,15 @@ impl Context {
 
 /// Runs the RedisCluster and RedisOperation controllers until they stop (the
 /// process is stopping). `triggers` are the watches that fill `ctx.caches`.
-pub async fn run(ctx: Arc<Context>, triggers: Triggers, namespace: Option<&str>) {
-    futures::join!(run_clusters(ctx.clone(), triggers, namespace), operation::run(ctx, namespace));
+pub async fn run(ctx: Arc<Context>, triggers: Triggers, namespaces: &Namespaces) {
+    futures::join!(run_clusters(ctx.clone(), triggers, namespaces), operation::run(ctx, namespaces));
 }
 
-async fn run_clusters(ctx: Arc<Context>, triggers: Triggers, namespace: Option<&str>) {
-    let clusters: Api<RedisCluster> = match namespace {
-        Some(ns) => Api::namespaced(ctx.client.clone(), ns),
-        None => Api::all(ctx.client.clone()),
-    };
+async fn run_clusters(ctx: Arc<Context>, triggers: Triggers, namespaces: &Namespaces) {
     let nudged = ctx.nudged.lock().expect("nudge lock").take().expect("the cluster controller runs once");
     let (reader, writer) = kube::runtime::reflector::store();
-    let watched = watcher(clusters, watcher::Config::default())
-        .default_backoff()
+    let watched = namespaces
+        .watch::<RedisCluster>(&ctx.client, watcher::Config::default())
         .modify(cache::slim)
         .reflect(writer)
         .applied_objects();

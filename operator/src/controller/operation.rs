@@ -18,7 +18,7 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::runtime::controller::{Action as Requeue, Controller};
 use kube::runtime::events::EventType;
-use kube::runtime::watcher;
+use kube::runtime::{WatchStreamExt as _, watcher};
 use kube::{Resource as _, ResourceExt as _};
 use tracing::Instrument as _;
 
@@ -27,6 +27,7 @@ use crate::api::names::FIELD_MANAGER;
 use crate::api::{OperationPhase, OperationType, RedisCluster, RedisOperation, RedisOperationStatus};
 use crate::error::{Error, Result};
 use crate::plan::{PodFact, RedisFact};
+use slotkeeper_readmodel::scope::Namespaces;
 
 const POLL: Duration = Duration::from_millis(200);
 /// How long Redis may take to report the new roles after the command.
@@ -34,12 +35,10 @@ const FAILOVER_DEADLINE: Duration = Duration::from_secs(30);
 /// A replica further behind than this is not promoted yet.
 const MAX_LAG_BYTES: i64 = crate::api::rollout::MAX_REPLICA_LAG_BYTES as i64;
 
-pub async fn run(ctx: Arc<Context>, namespace: Option<&str>) {
-    let operations: Api<RedisOperation> = match namespace {
-        Some(ns) => Api::namespaced(ctx.client.clone(), ns),
-        None => Api::all(ctx.client.clone()),
-    };
-    Controller::new(operations, watcher::Config::default())
+pub async fn run(ctx: Arc<Context>, namespaces: &Namespaces) {
+    let (reader, writer) = kube::runtime::reflector::store();
+    let watched = namespaces.watch::<RedisOperation>(&ctx.client, watcher::Config::default()).reflect(writer);
+    Controller::for_stream(watched.applied_objects(), reader)
         .shutdown_on_signal()
         .run(reconcile, error_policy, ctx)
         .for_each(|result| async move {
