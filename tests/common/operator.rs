@@ -54,6 +54,18 @@ pub fn start_operator_with(env: &Environment, instance: &str, vars: &[(&str, &st
 /// Namespace and RBAC from deploy/ and an operator replica acting as the
 /// `slotkeeper` ServiceAccount, whatever CRDs are installed.
 pub fn spawn_operator(env: &Environment, instance: &str, vars: &[(&str, &str)]) -> Operator {
+    spawn_operator_as(env, instance, "slotkeeper", &[], vars)
+}
+
+/// [`spawn_operator`] acting as `service_account` (of slotkeeper-system),
+/// with `args` added to `slotkeeper run`'s.
+pub fn spawn_operator_as(
+    env: &Environment,
+    instance: &str,
+    service_account: &str,
+    args: &[&str],
+    vars: &[(&str, &str)],
+) -> Operator {
     for manifest in
         ["deploy/00-namespace.yaml", "deploy/rbac.yaml", "deploy/console-rbac.yaml", "deploy/admission.yaml"]
     {
@@ -64,7 +76,7 @@ pub fn spawn_operator(env: &Environment, instance: &str, vars: &[(&str, &str)]) 
     let dir = slotkeeper_env::tools::repo_root().join("target/e2e").join(env!("CARGO_CRATE_NAME"));
     std::fs::create_dir_all(&dir).unwrap();
     let kubeconfig = dir.join(format!("{instance}.kubeconfig"));
-    env.service_account_kubeconfig("slotkeeper-system", "slotkeeper", &kubeconfig).unwrap();
+    env.service_account_kubeconfig("slotkeeper-system", service_account, &kubeconfig).unwrap();
     let http_port = slotkeeper_env::control_plane::free_port().unwrap();
     let log = dir.join(format!("{instance}.log"));
     // SLOTKEEPER_TEST_WRAPPER="heaptrack -o /tmp/op" runs the operator under a
@@ -80,7 +92,8 @@ pub fn spawn_operator(env: &Environment, instance: &str, vars: &[(&str, &str)]) 
         .arg(&kubeconfig)
         .arg(format!("--http-addr=127.0.0.1:{http_port}"))
         .arg(format!("--webhook-addr=127.0.0.1:{}", webhook_port()))
-        .arg(format!("--webhook-url={}", slotkeeper_env::crds::webhook_url(webhook_port())));
+        .arg(format!("--webhook-url={}", slotkeeper_env::crds::webhook_url(webhook_port())))
+        .args(args.iter().copied());
     // SLOTKEEPER_TEST_LOG=<filter> makes the operators of a test run verbose.
     if let Ok(filter) = std::env::var("SLOTKEEPER_TEST_LOG") {
         spec = spec.env("RUST_LOG", &filter);
