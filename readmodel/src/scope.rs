@@ -6,11 +6,16 @@
 //! For a list, the namespaces' watches are merged into one stream that
 //! behaves like a single watch to whatever reads it (a reflector's store,
 //! the read model's event log): one listing (`Init`, `InitApply`…,
-//! `InitDone` once every namespace has listed), then changes. When any of
-//! them must list again (its watch expired), all list again together, so a
-//! listing always covers every namespace.
+//! `InitDone` once every namespace has listed), then changes. When one of
+//! them must list again (its watch expired, or its listing failed), the
+//! others are opened again and all list together, so a listing always
+//! covers every namespace; the one that asked keeps its own watch and its
+//! backoff, so a namespace that cannot be listed retries ever more slowly
+//! rather than making every namespace list again each second.
 
 use std::collections::{HashMap, HashSet};
+use std::pin::Pin;
+use std::task::{Context, Poll};
 
 use futures::stream::{BoxStream, SelectAll};
 use futures::{Stream, StreamExt as _};
@@ -87,11 +92,11 @@ impl Namespaces {
             }
             Self::Only(names) => {
                 let (client, names) = (client.clone(), names.clone());
-                let open = move || -> Vec<BoxStream<'static, Watched<K>>> {
-                    let each = |ns: &String| watcher(Api::namespaced(client.clone(), ns), config.clone());
-                    names.iter().map(|ns| each(ns).default_backoff().boxed()).collect()
+                let count = names.len();
+                let open = move |ns: usize| -> BoxStream<'static, Watched<K>> {
+                    watcher(Api::namespaced(client.clone(), &names[ns]), config.clone()).default_backoff().boxed()
                 };
-                merged(open).boxed()
+                merged(count, open).boxed()
             }
         }
     }
@@ -99,20 +104,31 @@ impl Namespaces {
 
 pub type Watched<K> = Result<Event<K>, watcher::Error>;
 
-/// The watches `open` makes, merged as described in the module's comment.
-pub fn merged<K, F>(open: F) -> impl Stream<Item = Watched<K>> + Send
+/// A namespace's watch, its events tagged with the namespace's place in the list.
+struct Tagged<K> {
+    namespace: usize,
+    watch: BoxStream<'static, Watched<K>>,
+}
+
+impl<K> Stream for Tagged<K> {
+    type Item = (usize, Watched<K>);
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let namespace = self.namespace;
+        self.watch.poll_next_unpin(cx).map(|event| event.map(|e| (namespace, e)))
+    }
+}
+
+/// The watches of `count` namespaces (`open(i)` opens the i-th), merged as
+/// described in the module's comment.
+pub fn merged<K, F>(count: usize, open: F) -> impl Stream<Item = Watched<K>> + Send
 where
     K: Resource<DynamicType = ()> + Clone + Send + 'static,
-    F: Fn() -> Vec<BoxStream<'static, Watched<K>>> + Send + 'static,
+    F: Fn(usize) -> BoxStream<'static, Watched<K>> + Send + 'static,
 {
-    fn tagged<K: Send + 'static>(
-        streams: Vec<BoxStream<'static, Watched<K>>>,
-    ) -> SelectAll<BoxStream<'static, (usize, Watched<K>)>> {
-        futures::stream::select_all(streams.into_iter().enumerate().map(|(i, s)| s.map(move |e| (i, e)).boxed()))
-    }
-    let streams = open();
-    let count = streams.len();
-    let state = (open, tagged(streams), Round::<K>::new(count), Vec::<Event<K>>::new());
+    let streams: SelectAll<Tagged<K>> =
+        futures::stream::select_all((0..count).map(|namespace| Tagged { namespace, watch: open(namespace) }));
+    let state = (open, streams, Round::<K>::new(count), Vec::<Event<K>>::new());
     futures::stream::unfold(state, move |(open, mut streams, mut round, mut ready)| async move {
         loop {
             if let Some(event) = ready.pop() {
@@ -126,9 +142,14 @@ where
             match round.step(namespace, event) {
                 Step::Emit(events) => ready = events.into_iter().rev().collect(),
                 Step::ListAgain => {
-                    streams = tagged(open());
+                    // The one that asked is listing already; the others start over.
+                    let asked = streams.into_iter().filter(|t| t.namespace == namespace);
+                    let others =
+                        (0..count).filter(|n| *n != namespace).map(|n| Tagged { namespace: n, watch: open(n) });
+                    streams = futures::stream::select_all(asked.chain(others));
                     round = Round::new(count);
                     round.began = true;
+                    round.listing.insert(namespace);
                     ready = vec![Event::Init];
                 }
             }
@@ -145,8 +166,9 @@ struct Round<K: Resource> {
     listing: HashSet<usize>,
     listed: HashSet<usize>,
     /// Deletions seen after a namespace listed but before every namespace
-    /// did: sent on after `InitDone`, since a store's listing replaces what
-    /// it held at `InitDone` and would bring the deleted object back.
+    /// did: sent on at once and again after `InitDone`, since a store's
+    /// listing replaces what it held at `InitDone` and would bring the
+    /// deleted object back.
     deleted: HashMap<ObjectRef<K>, K>,
 }
 
@@ -183,14 +205,15 @@ impl<K: Resource<DynamicType = ()> + Clone> Round<K> {
                 events.extend(self.deleted.drain().map(|(_, object)| Event::Delete(object)));
                 Step::Emit(events)
             }
-            // While others still list, a change joins the listing (the newest wins).
+            // While others still list, a change is made now and joins the
+            // listing too (the newest wins), so neither goes stale.
             Event::Apply(object) if !self.done() => {
                 self.deleted.remove(&ObjectRef::from_obj(&object));
-                Step::Emit(vec![Event::InitApply(object)])
+                Step::Emit(vec![Event::InitApply(object.clone()), Event::Apply(object)])
             }
             Event::Delete(object) if !self.done() => {
-                self.deleted.insert(ObjectRef::from_obj(&object), object);
-                Step::Emit(vec![])
+                self.deleted.insert(ObjectRef::from_obj(&object), object.clone());
+                Step::Emit(vec![Event::Delete(object)])
             }
             change => Step::Emit(vec![change]),
         }

@@ -113,7 +113,11 @@ fn changes_while_another_namespace_lists_survive_its_end() {
         ],
     );
     assert_eq!(held(&store), ["a/back=2", "a/x=2"], "{sent:?}");
-    assert_eq!(sent.last().map(String::as_str), Some("Delete gone"), "{sent:?}");
+    let after_the_listing = &sent[sent.iter().position(|e| e == "InitDone").unwrap()..];
+    assert_eq!(after_the_listing, ["InitDone", "Delete gone"], "{sent:?}");
+    for made_now in ["Apply x", "Delete gone", "Delete back", "Apply back"] {
+        assert!(sent.iter().any(|e| e == made_now), "{made_now} at once: {sent:?}");
+    }
 }
 
 #[test]
@@ -123,28 +127,32 @@ fn a_namespace_listing_again_makes_every_namespace_list_again() {
     assert!(run(2, vec![(0, Event::Init), (0, Event::Init)]).2, "twice in one listing");
 }
 
-/// The merged stream end to end: fake watches, a listing again when one
-/// of them asks, and a store that ends up with both namespaces' objects.
+/// The merged stream end to end: fake watches; the first namespace lists
+/// again, keeping its own watch while the other is opened again; the store
+/// ends with both namespaces' newest objects.
 #[tokio::test]
-async fn the_merged_stream_reopens_every_watch_when_one_lists_again() {
-    let opened = Arc::new(Mutex::new(0));
+async fn the_merged_stream_opens_the_others_again_when_one_lists_again() {
+    let opened = Arc::new(Mutex::new([0, 0]));
     let times = opened.clone();
-    let open = move || -> Vec<BoxStream<'static, Watched<ConfigMap>>> {
-        let mut n = times.lock().unwrap();
-        *n += 1;
-        let first = *n == 1;
-        let a = vec![Event::Init, Event::InitApply(object("a", "x", "1")), Event::InitDone]
-            .into_iter()
-            .chain(first.then_some(Event::Init))
-            .map(Ok);
-        let b = vec![Event::Init, Event::InitApply(object("b", "y", if first { "1" } else { "2" })), Event::InitDone]
-            .into_iter()
-            .map(Ok);
-        vec![futures::stream::iter(a).boxed(), futures::stream::iter(b).boxed()]
+    let open = move |ns: usize| -> BoxStream<'static, Watched<ConfigMap>> {
+        let mut times = times.lock().unwrap();
+        times[ns] += 1;
+        let events = match (ns, times[ns]) {
+            (0, _) => vec![
+                Event::Init,
+                Event::InitApply(object("a", "x", "1")),
+                Event::InitDone,
+                Event::Init,
+                Event::InitApply(object("a", "x", "2")),
+                Event::InitDone,
+            ],
+            (_, n) => vec![Event::Init, Event::InitApply(object("b", "y", &n.to_string())), Event::InitDone],
+        };
+        futures::stream::iter(events.into_iter().map(Ok)).boxed()
     };
     let (store, writer) = reflector::store();
-    let events: Vec<_> = merged(open).reflect(writer).collect().await;
+    let events: Vec<_> = merged(2, open).reflect(writer).collect().await;
     assert!(events.iter().all(Result::is_ok));
-    assert_eq!(*opened.lock().unwrap(), 2, "opened again once");
-    assert_eq!(held(&store), ["a/x=1", "b/y=2"]);
+    assert_eq!(*opened.lock().unwrap(), [1, 2], "the one that asked kept its watch");
+    assert_eq!(held(&store), ["a/x=2", "b/y=2"]);
 }

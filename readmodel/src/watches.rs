@@ -107,18 +107,22 @@ const EVENT_PAGE: u32 = 16;
 /// Events whose involved object is of `kind`, narrowed by the apiserver.
 async fn watch_events(watch: BoxStream<'static, Watch<Event>>, kind: &'static str, inner: Arc<Inner>) {
     let mut stream = watch;
-    let mut relisted: Vec<EventView> = Vec::new();
+    // By uid: an Event updated while a listing runs is listed once, newest.
+    let mut relisted: std::collections::HashMap<String, EventView> = Default::default();
     while let Some(event) = stream.next().await {
         match event {
             Ok(Watched::Init) => relisted.clear(),
-            Ok(Watched::InitApply(event)) => relisted.extend(relevant(&event, kind)),
+            Ok(Watched::InitApply(event)) => relisted.extend(relevant(&event, kind).map(|v| (v.uid.clone(), v))),
             Ok(Watched::InitDone) => {
                 if *inner.synced.borrow() {
                     let managed: std::collections::HashSet<String> =
                         inner.clusters.state().iter().filter_map(|c| c.namespace()).collect();
-                    relisted.retain(|view| managed.contains(&view.namespace));
+                    relisted.retain(|_, view| managed.contains(&view.namespace));
                 }
-                inner.events.replace_kind(kind, std::mem::take(&mut relisted));
+                // Oldest first: under the budget the newest are the ones kept.
+                let mut listed: Vec<EventView> = std::mem::take(&mut relisted).into_values().collect();
+                listed.sort_by_key(|view| view.last_seen);
+                inner.events.replace_kind(kind, listed);
                 inner.notify(Change::Everything);
             }
             Ok(Watched::Apply(event)) => {
