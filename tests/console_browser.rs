@@ -464,7 +464,19 @@ async fn session_ends_everywhere_and_no_secret_opens_its_cookie(
     // (the search below can find a token), but not with the shared key.
     let recovered = tokens_recovered(client, sealed).await;
     assert_eq!(recovered, [token], "only the session's own key opens its cookie");
-    let headers = [cookie.to_owned(), "Sec-Fetch-Site: same-origin".to_owned(), "Accept: text/html".to_owned()];
+    // A session's id (which whoever reads the Secret sees) ends nothing by
+    // itself: a sign-out carrying it with anything else is a no-op.
+    let id = sealed.split_once('.').expect("ID.SEALED").0;
+    let same_origin = ["Sec-Fetch-Site: same-origin".to_owned(), "Accept: text/html".to_owned()];
+    let forged = [vec![format!("Cookie: slotkeeper_session={id}.forged")], same_origin.to_vec()].concat();
+    let (status, head, _) =
+        http_request_to("127.0.0.1", leader.http_port, "POST", "/actions/sign-out", &forged, Some("")).await;
+    assert_eq!(status, 302, "{head}");
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let (status, _, _) = http_request(standby.http_port, "GET", page, &[cookie.to_owned()], None).await;
+    assert_eq!(status, 200, "a forged sign-out ended the session");
+
+    let headers = [vec![cookie.to_owned()], same_origin.to_vec()].concat();
     let (status, head, _) =
         http_request_to("127.0.0.1", leader.http_port, "POST", "/actions/sign-out", &headers, Some("")).await;
     assert_eq!(status, 302, "{head}");

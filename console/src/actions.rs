@@ -84,7 +84,8 @@ pub(crate) mod server {
     use crate::Console;
     use crate::access::Check;
     use crate::pages::paths;
-    use crate::session::{FLASH_COOKIE, Flash, SESSION_COOKIE, SESSION_SECONDS, Session, cookie, over_tls, set_cookie};
+    use crate::session::{FLASH_COOKIE, Flash, SESSION_COOKIE, SESSION_SECONDS, Session, over_tls, set_cookie};
+    use crate::session_store::StoreError;
 
     /// The field manager of changes made from the console (the user is in the audit log).
     pub const FIELD_MANAGER: &str = "slotkeeper-console";
@@ -404,9 +405,13 @@ pub(crate) mod server {
         let session = Session::new(username.clone(), user.groups.unwrap_or_default(), token, now);
         let sealed = match request.console.sessions.begin(&session, now).await {
             Ok(sealed) => sealed,
+            Err(StoreError::Expired) => {
+                return finish(&request, &back, refused("This token has expired; make a new one and sign in."));
+            }
             Err(error) => {
                 tracing::warn!(user = %username, %error, "console: cannot begin a session");
-                return finish(&request, &back, refused(format!("Cannot sign you in: {error}.")));
+                let text = "The console cannot record your session now; try again in a moment.";
+                return finish(&request, &back, refused(text));
             }
         };
         let max_age = (session.expires - now).clamp(0, SESSION_SECONDS);
@@ -419,13 +424,12 @@ pub(crate) mod server {
     /// Ends the session on every replica (its key is deleted), then the cookie.
     pub async fn sign_out() {
         let request = request();
-        let sealed = use_context::<http::request::Parts>()
-            .and_then(|parts| cookie(&parts.headers, SESSION_COOKIE).map(str::to_owned));
-        if let Some(sealed) = sealed
-            && let Err(error) = request.console.sessions.end(&sealed).await
+        // Only a session that opened is ended: a cookie alone ends nothing.
+        if let Some(session) = &request.session
+            && let Err(error) = request.console.sessions.end(session).await
         {
-            tracing::warn!(%error, "console: cannot end a session");
-            let text = format!("Not signed out: {error}. Try again in a moment.");
+            tracing::warn!(user = %session.user, %error, "console: cannot end a session");
+            let text = "Not signed out: the console cannot end your session now; try again in a moment.";
             return finish(&request, paths::CLUSTERS, refused(text));
         }
         let options = expect_context::<ResponseOptions>();

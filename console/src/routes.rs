@@ -28,7 +28,9 @@ use crate::upgrade_plans;
 /// Puts the request's session, if its cookie opens, has not expired and was
 /// not signed out, in the request's extensions.
 pub async fn sessions(State(console): State<Arc<Console>>, mut request: Request, next: Next) -> Response {
-    if let Some(sealed) = cookie(request.headers(), SESSION_COOKIE)
+    // Assets are public: no session is looked up for them.
+    if !request.uri().path().starts_with("/assets/")
+        && let Some(sealed) = cookie(request.headers(), SESSION_COOKIE)
         && let Some(session) = console.sessions.open(sealed, Timestamp::now().as_second()).await
     {
         request.extensions_mut().insert(session);

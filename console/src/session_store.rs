@@ -9,10 +9,16 @@
 //!   within [`FRESH`] (and ends its live streams);
 //! - any replica opens any session, and a restart signs nobody out.
 //!
-//! Sessions are bounded: [`MOST`] at once and [`MOST_PER_USER`] per user (a
-//! user's oldest gives way), expired ones pruned at each sign-in.
+//! What it does not do: a copy of the Secret taken while a session was open,
+//! with that session's cookie, still yields its token (sign-out cannot
+//! revoke a token at the apiserver).
+//!
+//! Sessions are bounded: [`MOST_PER_USER`] per user and [`MOST`] in all (the
+//! oldest gives way), expired ones pruned at each sign-in. Requests read the
+//! sessions from memory; one read of the Secret at a time refreshes them.
 
 use std::collections::HashMap;
+use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::{Duration, Instant};
 
 use base64::Engine as _;
@@ -36,6 +42,9 @@ pub const FRESH: Duration = Duration::from_secs(2);
 /// A cookie naming a session not known here reads the Secret again, at most
 /// this often (a session begun on another replica a moment ago).
 const UNKNOWN_REREAD: Duration = Duration::from_millis(250);
+/// After a failed read, nobody is signed in and nothing is read for this long.
+const FAILED_PAUSE: Duration = Duration::from_secs(1);
+const READ_TIMEOUT: Duration = Duration::from_secs(5);
 const ID_BYTES: usize = 16;
 const ID_CHARS: usize = 22;
 const ENTRY_BYTES: usize = SessionKey::LEN + 8 + 8;
@@ -97,67 +106,123 @@ fn entries_of(secret: &Secret) -> HashMap<String, Entry> {
 pub enum StoreError {
     #[error("cannot {context}: {source}")]
     Kube { context: &'static str, source: kube::Error },
-    #[error("{MOST} console sessions are open already; try again when some have ended or expired")]
-    Full,
+    #[error("reading the console sessions took longer than {READ_TIMEOUT:?}")]
+    Slow,
+    #[error("the token has expired")]
+    Expired,
 }
 
 /// The sessions to remove so that one more of `user` fits: the expired ones,
-/// then that user's oldest beyond [`MOST_PER_USER`]; `Full` if it still does not.
-fn make_room(entries: &HashMap<String, Entry>, user: u64, now: i64) -> Result<Vec<String>, StoreError> {
+/// that user's oldest beyond [`MOST_PER_USER`], then the oldest of all
+/// beyond [`MOST`] (a full store keeps nobody from signing in).
+fn make_room(entries: &HashMap<String, Entry>, user: u64, now: i64) -> Vec<String> {
     let mut remove: Vec<String> = entries.iter().filter(|(_, e)| e.expires <= now).map(|(id, _)| id.clone()).collect();
-    let mut users: Vec<(&String, &Entry)> = entries.iter().filter(|(_, e)| e.expires > now && e.user == user).collect();
-    users.sort_by_key(|(id, e)| (e.expires, (*id).clone()));
-    let over = (users.len() + 1).saturating_sub(MOST_PER_USER);
-    remove.extend(users.into_iter().take(over).map(|(id, _)| id.clone()));
-    if entries.len() - remove.len() >= MOST {
-        return Err(StoreError::Full);
-    }
-    Ok(remove)
+    let mut live: Vec<(&String, &Entry)> = entries.iter().filter(|(_, e)| e.expires > now).collect();
+    live.sort_by_key(|(id, e)| (e.expires, (*id).clone()));
+    let theirs = live.iter().filter(|(_, e)| e.user == user).count();
+    let mut over = (theirs + 1).saturating_sub(MOST_PER_USER);
+    live.retain(|(id, e)| {
+        let drop = e.user == user && over > 0;
+        if drop {
+            over -= 1;
+            remove.push((*id).clone());
+        }
+        !drop
+    });
+    let beyond = (live.len() + 1).saturating_sub(MOST);
+    remove.extend(live.into_iter().take(beyond).map(|(id, _)| id.clone()));
+    remove
 }
 
 #[derive(Default)]
 struct Known {
     entries: HashMap<String, Entry>,
+    /// When the entries were asked for.
     read: Option<Instant>,
+    /// When a read last failed.
+    failed: Option<Instant>,
+}
+
+impl Known {
+    /// The entry of `id` if what is known may answer: read at most
+    /// [`FRESH`] ago (and, for an id not known, [`UNKNOWN_REREAD`] ago), or
+    /// `Some(None)` within [`FAILED_PAUSE`] of a failed read. `None`: read first.
+    fn answer(&self, id: &str) -> Option<Option<Entry>> {
+        let age = self.read.map(|read| read.elapsed());
+        let stale = age.is_none_or(|age| age >= FRESH);
+        let unknown = !self.entries.contains_key(id) && age.is_none_or(|age| age >= UNKNOWN_REREAD);
+        if !(stale || unknown) {
+            return Some(self.entries.get(id).copied());
+        }
+        let failed_just_now = self.failed.is_some_and(|failed| failed.elapsed() < FAILED_PAUSE);
+        failed_just_now.then_some(None)
+    }
 }
 
 pub struct SessionStore {
     secrets: Api<Secret>,
-    known: Mutex<Known>,
+    known: RwLock<Known>,
+    /// One read or write of the Secret at a time on this replica.
+    busy: Mutex<()>,
     random: SystemRandom,
 }
 
 impl SessionStore {
     pub fn new(client: kube::Client, namespace: &str) -> Self {
-        Self { secrets: Api::namespaced(client, namespace), known: Mutex::default(), random: SystemRandom::new() }
+        Self {
+            secrets: Api::namespaced(client, namespace),
+            known: RwLock::default(),
+            busy: Mutex::new(()),
+            random: SystemRandom::new(),
+        }
     }
 
-    async fn read(&self, known: &mut Known) -> Result<(), StoreError> {
-        let secret = self
-            .secrets
-            .get_opt(SECRET_NAME)
-            .await
-            .map_err(|source| StoreError::Kube { context: "read the console sessions", source })?;
-        known.entries = secret.as_ref().map(entries_of).unwrap_or_default();
-        known.read = Some(Instant::now());
-        Ok(())
+    fn known(&self) -> RwLockReadGuard<'_, Known> {
+        self.known.read().expect("sessions lock")
+    }
+
+    fn known_mut(&self) -> RwLockWriteGuard<'_, Known> {
+        self.known.write().expect("sessions lock")
+    }
+
+    /// Reads the sessions; the caller holds `busy`.
+    async fn read(&self) -> Result<(), StoreError> {
+        let asked = Instant::now();
+        let read = match tokio::time::timeout(READ_TIMEOUT, self.secrets.get_opt(SECRET_NAME)).await {
+            Ok(Ok(secret)) => Ok(secret.as_ref().map(entries_of).unwrap_or_default()),
+            Ok(Err(source)) => Err(StoreError::Kube { context: "read the console sessions", source }),
+            Err(_) => Err(StoreError::Slow),
+        };
+        let mut known = self.known_mut();
+        match read {
+            Ok(entries) => {
+                *known = Known { entries, read: Some(asked), failed: None };
+                Ok(())
+            }
+            Err(error) => {
+                known.read = None;
+                known.failed = Some(Instant::now());
+                Err(error)
+            }
+        }
     }
 
     /// The entry of session `id`, from sessions read at most [`FRESH`] ago.
     /// Fails closed: when the Secret cannot be read, no session opens.
     async fn entry(&self, id: &str) -> Option<Entry> {
-        let mut known = self.known.lock().await;
-        let age = known.read.map(|read| read.elapsed());
-        let stale = age.is_none_or(|age| age >= FRESH);
-        let unknown = !known.entries.contains_key(id) && age.is_none_or(|age| age >= UNKNOWN_REREAD);
-        if (stale || unknown)
-            && let Err(error) = self.read(&mut known).await
-        {
+        if let Some(answer) = self.known().answer(id) {
+            return answer;
+        }
+        let _busy = self.busy.lock().await;
+        // Read by another request while this one waited?
+        if let Some(answer) = self.known().answer(id) {
+            return answer;
+        }
+        if let Err(error) = self.read().await {
             tracing::warn!(%error, "console: sessions unreadable; nobody is signed in until they are");
-            known.read = None;
             return None;
         }
-        known.entries.get(id).copied()
+        self.known().entries.get(id).copied()
     }
 
     /// The session a cookie holds, if it is still open and not expired.
@@ -176,10 +241,13 @@ impl SessionStore {
 
     /// Records a new session; the cookie value that opens it.
     pub async fn begin(&self, session: &Session, now: i64) -> Result<String, StoreError> {
-        let mut known = self.known.lock().await;
-        self.read(&mut known).await?;
+        if session.expired(now) {
+            return Err(StoreError::Expired);
+        }
+        let _busy = self.busy.lock().await;
+        self.read().await?;
         let user = fingerprint(&session.user);
-        let remove = make_room(&known.entries, user, now)?;
+        let remove = make_room(&self.known().entries, user, now);
         let mut id = [0u8; ID_BYTES];
         self.random.fill(&mut id).expect("the system's random source works");
         let id = URL_SAFE_NO_PAD.encode(id);
@@ -188,10 +256,13 @@ impl SessionStore {
             remove.iter().map(|gone| (gone.clone(), serde_json::Value::Null)).collect();
         data.insert(id.clone(), STANDARD.encode(entry.encode()).into());
         self.write(data, &entry, &id).await?;
-        for gone in &remove {
-            known.entries.remove(gone);
+        {
+            let mut known = self.known_mut();
+            for gone in &remove {
+                known.entries.remove(gone);
+            }
+            known.entries.insert(id.clone(), entry);
         }
-        known.entries.insert(id.clone(), entry);
         let sealed = SessionKey::new(&entry.key).expect("a generated key has its length").seal(session);
         Ok(format!("{id}.{sealed}"))
     }
@@ -238,17 +309,20 @@ impl SessionStore {
         }
     }
 
-    /// Ends the session a cookie holds, on every replica: its key is deleted.
-    pub async fn end(&self, cookie: &str) -> Result<(), StoreError> {
-        let Some((id, _)) = parse_cookie(cookie) else { return Ok(()) };
-        let mut known = self.known.lock().await;
+    /// Ends `session` (one that opened) on every replica: its key is deleted.
+    pub async fn end(&self, session: &Session) -> Result<(), StoreError> {
+        let id = session.id.as_str();
+        if !id_like(id) {
+            return Ok(());
+        }
+        let _busy = self.busy.lock().await;
         let patch = Patch::Merge(serde_json::json!({ "data": { id: null } }));
         match self.secrets.patch(SECRET_NAME, &PatchParams::default(), &patch).await {
             Ok(_) => {}
             Err(kube::Error::Api(e)) if e.code == 404 => {}
             Err(source) => return Err(StoreError::Kube { context: "end the session", source }),
         }
-        known.entries.remove(id);
+        self.known_mut().entries.remove(id);
         Ok(())
     }
 }

@@ -53,25 +53,45 @@ fn a_secret_yields_only_its_well_formed_sessions() {
 }
 
 #[test]
-fn room_is_made_from_expired_sessions_then_the_users_oldest_and_the_total_is_capped() {
+fn room_is_made_from_expired_sessions_then_the_users_oldest_then_the_oldest_of_all() {
     let now = 1000;
     let mut entries: HashMap<String, Entry> =
         (0..MOST_PER_USER).map(|n| (id(n), entry(2000 + n as i64, "alice"))).collect();
     entries.insert(id(100), entry(999, "bob"));
     entries.insert(id(101), entry(5000, "bob"));
-    let mut removed = make_room(&entries, fingerprint("alice"), now).unwrap();
+    let mut removed = make_room(&entries, fingerprint("alice"), now);
     removed.sort();
     let mut expected = vec![id(0), id(100)];
     expected.sort();
     assert_eq!(removed, expected, "bob's expired session and alice's oldest");
-    assert_eq!(make_room(&entries, fingerprint("bob"), now).unwrap(), vec![id(100)], "bob has room");
+    assert_eq!(make_room(&entries, fingerprint("bob"), now), vec![id(100)], "bob has room");
 
-    let full: HashMap<String, Entry> = (0..MOST).map(|n| (id(n), entry(2000, &format!("user-{n}")))).collect();
-    assert!(matches!(make_room(&full, fingerprint("carol"), now), Err(StoreError::Full)));
+    // Full: the oldest of all gives way, whoever it is; nobody is locked out.
+    let full: HashMap<String, Entry> =
+        (0..MOST).map(|n| (id(n), entry(2000 + n as i64, &format!("user-{n}")))).collect();
+    assert_eq!(make_room(&full, fingerprint("carol"), now), vec![id(0)]);
     let mut with_expired = full;
     with_expired.insert(id(MOST), entry(now, "dave"));
     with_expired.remove(&id(0));
-    assert_eq!(make_room(&with_expired, fingerprint("carol"), now).unwrap(), vec![id(MOST)], "expired make room");
+    assert_eq!(make_room(&with_expired, fingerprint("carol"), now), vec![id(MOST)], "the expired one suffices");
+}
+
+/// What is known answers within its freshness; a failed read keeps
+/// everyone out for a moment instead of reading again at once.
+#[test]
+fn known_sessions_answer_while_fresh_and_a_failed_read_fails_closed() {
+    let alice = entry(2000, "alice");
+    let now = Instant::now();
+    let fresh = Known { entries: [(id(1), alice)].into(), read: Some(now), failed: None };
+    assert_eq!(fresh.answer(&id(1)), Some(Some(alice)));
+    assert_eq!(fresh.answer(&id(2)), Some(None), "unknown, but read a moment ago");
+    let stale =
+        Known { read: now.checked_sub(FRESH), ..Known { entries: [(id(1), alice)].into(), ..Known::default() } };
+    assert_eq!(stale.answer(&id(1)), None, "read again first");
+    let failed = Known { entries: [(id(1), alice)].into(), read: None, failed: Some(now) };
+    assert_eq!(failed.answer(&id(1)), Some(None), "closed right after a failed read");
+    let failed_long_ago = Known { failed: now.checked_sub(FAILED_PAUSE), ..Known::default() };
+    assert_eq!(failed_long_ago.answer(&id(1)), None, "tried again after the pause");
 }
 
 /// What the session store is for: the shared key opens no session cookie,
