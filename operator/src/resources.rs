@@ -271,10 +271,17 @@ pub fn stateful_set(cluster: &RedisCluster, shard: usize, shape: &ShardShape) ->
     pod_labels.insert(LABEL_SHARD.into(), shard.to_string());
     let selector = json!({ LABEL_CLUSTER: cluster.name_any(), LABEL_SHARD: shard.to_string() });
     let scheduling = cluster.spec.scheduling.clone().unwrap_or_default();
+    // A shard's Pods apart first; then the cluster's Pods spread, so a Pod
+    // recreated to even out the failure domains lands in the emptiest one
+    // (without it the scheduler saw no reason to, and put it back).
     let affinity = scheduling.affinity.map(|a| serde_json::to_value(a).expect("serializable")).unwrap_or_else(|| {
+        let topology = cluster.spec.topology_key();
         json!({ "podAntiAffinity": { "preferredDuringSchedulingIgnoredDuringExecution": [{
             "weight": 100,
-            "podAffinityTerm": { "topologyKey": cluster.spec.topology_key(), "labelSelector": { "matchLabels": selector } },
+            "podAffinityTerm": { "topologyKey": topology, "labelSelector": { "matchLabels": selector } },
+        }, {
+            "weight": 10,
+            "podAffinityTerm": { "topologyKey": topology, "labelSelector": { "matchLabels": { LABEL_CLUSTER: cluster.name_any() } } },
         }]}})
     });
     let mut volumes = vec![

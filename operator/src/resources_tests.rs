@@ -33,6 +33,10 @@ fn one_stateful_set_per_shard_with_owner_and_anti_affinity() {
         [0];
     assert_eq!(term["podAffinityTerm"]["labelSelector"]["matchLabels"][LABEL_SHARD], "1");
     assert_eq!(term["podAffinityTerm"]["topologyKey"], "kubernetes.io/hostname", "Nodes by default");
+    let spread = &set["spec"]["template"]["spec"]["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+        [1];
+    assert_eq!(spread["podAffinityTerm"]["labelSelector"]["matchLabels"], json!({ LABEL_CLUSTER: "cache" }));
+    assert!(spread["weight"].as_i64() < term["weight"].as_i64(), "a shard apart first, then the cluster spread");
     assert!(set["spec"]["volumeClaimTemplates"].is_null(), "ephemeral without storage");
 }
 

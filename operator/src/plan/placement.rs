@@ -153,9 +153,9 @@ pub fn risk(observed: &Observed) -> Option<String> {
 /// holds two or more Pods more than another, as after a Node came back
 /// from a stop), or a shard shares a domain while an open one holds none of
 /// its Pods. Only replicas (a master role is moved first by the spread),
-/// only Pods that have run a while (never the same Pod twice in a row, so a
-/// scheduler that disagrees cannot make it churn), one at a time, on a
-/// healthy cluster.
+/// only Pods that have run a while (a minute: a scheduler that disagrees
+/// gets at most one Pod a minute recreated; the Pods' anti-affinity to
+/// their cluster's makes it agree), one at a time, on a healthy cluster.
 pub fn move_crowded_replica(p: &Planning) -> Option<Action> {
     let observed = p.observed;
     let movable_before = observed.movable_before?;
