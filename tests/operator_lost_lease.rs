@@ -26,11 +26,11 @@ const SEED_KEYS: usize = 60_000;
 #[derive(Clone, Copy, Debug)]
 enum Point {
     /// New nodes started and joined, no slot moved yet.
-    BeforeTheFirstMove,
+    NoSlotMovedYet,
     /// Slots moving, less than half of them moved.
-    EarlyInTheMove,
+    LessThanHalfMoved,
     /// Slots moving, half or more moved.
-    LateInTheMove,
+    HalfOrMoreMoved,
 }
 
 impl Point {
@@ -39,9 +39,9 @@ impl Point {
         let moved = status.reshard.as_ref().map(|r| (r.slots_moved, r.slots_total));
         let moving = step == "MoveSlots";
         match self {
-            Self::BeforeTheFirstMove => matches!(step, "Wait" | "Meet" | "AttachReplica" | "PlanBalance"),
-            Self::EarlyInTheMove => moving && moved.is_some_and(|(m, total)| m * 2 < total),
-            Self::LateInTheMove => moving && moved.is_some_and(|(m, total)| m * 2 >= total && m < total),
+            Self::NoSlotMovedYet => matches!(step, "Wait" | "Meet" | "AttachReplica" | "PlanBalance"),
+            Self::LessThanHalfMoved => moving && moved.is_some_and(|(m, total)| m * 2 < total),
+            Self::HalfOrMoreMoved => moving && moved.is_some_and(|(m, total)| m * 2 >= total && m < total),
         }
     }
 }
@@ -62,10 +62,10 @@ async fn the_control_plane_gone_at_several_points_of_a_scale_loses_the_lease_and
     let writer = Writer::start(node_ips(&cluster), &password, "w").await;
 
     for (masters, nodes, point) in [
-        (4, 8, Point::BeforeTheFirstMove),
-        (3, 6, Point::EarlyInTheMove),
-        (4, 8, Point::LateInTheMove),
-        (3, 6, Point::LateInTheMove),
+        (4, 8, Point::NoSlotMovedYet),
+        (3, 6, Point::LessThanHalfMoved),
+        (4, 8, Point::HalfOrMoreMoved),
+        (3, 6, Point::HalfOrMoreMoved),
     ] {
         // Watched, not polled: a batch may be open for less than a poll's interval.
         let config = watcher::Config::default().fields("metadata.name=example");
