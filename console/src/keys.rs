@@ -65,19 +65,7 @@ async fn read_or_create(secrets: &Api<Secret>) -> Result<SessionKey, KeyError> {
         return key_in(&secret);
     }
     let bytes = SessionKey::generate();
-    let secret = Secret {
-        metadata: ObjectMeta {
-            name: Some(SECRET_NAME.into()),
-            labels: Some(
-                [("app.kubernetes.io/name", "slotkeeper"), ("app.kubernetes.io/component", "console")]
-                    .map(|(k, v)| (k.to_owned(), v.to_owned()))
-                    .into(),
-            ),
-            ..Default::default()
-        },
-        data: Some([(KEY_FIELD.to_owned(), ByteString(bytes.to_vec()))].into()),
-        ..Default::default()
-    };
+    let secret = console_secret(SECRET_NAME, KEY_FIELD, bytes.to_vec());
     match secrets.create(&PostParams::default(), &secret).await {
         Ok(created) => key_in(&created),
         // Another replica made it first: use theirs.
@@ -86,6 +74,20 @@ async fn read_or_create(secrets: &Api<Secret>) -> Result<SessionKey, KeyError> {
             key_in(&secret)
         }
         Err(source) => Err(KeyError::Kube { context: "create the session key Secret", source }),
+    }
+}
+
+/// A Secret of the console's own (labelled as such) holding `key`.
+pub(crate) fn console_secret(name: &str, key: &str, value: Vec<u8>) -> Secret {
+    let labels = [("app.kubernetes.io/name", "slotkeeper"), ("app.kubernetes.io/component", "console")];
+    Secret {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            labels: Some(labels.map(|(k, v)| (k.to_owned(), v.to_owned())).into()),
+            ..Default::default()
+        },
+        data: Some([(key.to_owned(), ByteString(value))].into()),
+        ..Default::default()
     }
 }
 

@@ -23,9 +23,8 @@ use std::time::{Duration, Instant};
 
 use base64::Engine as _;
 use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
-use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
-use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::api::{Api, Patch, PatchParams, PostParams};
 use ring::rand::{SecureRandom as _, SystemRandom};
 use tokio::sync::Mutex;
 
@@ -283,19 +282,7 @@ impl SessionStore {
             Err(kube::Error::Api(e)) if e.code == 404 => {}
             Err(source) => return Err(StoreError::Kube { context: "record the session", source }),
         }
-        let secret = Secret {
-            metadata: ObjectMeta {
-                name: Some(SECRET_NAME.into()),
-                labels: Some(
-                    [("app.kubernetes.io/name", "slotkeeper"), ("app.kubernetes.io/component", "console")]
-                        .map(|(k, v)| (k.to_owned(), v.to_owned()))
-                        .into(),
-                ),
-                ..Default::default()
-            },
-            data: Some([(id.to_owned(), ByteString(entry.encode()))].into()),
-            ..Default::default()
-        };
+        let secret = crate::keys::console_secret(SECRET_NAME, id, entry.encode());
         match self.secrets.create(&PostParams::default(), &secret).await {
             Ok(_) => Ok(()),
             // Another replica made it first: add to theirs.

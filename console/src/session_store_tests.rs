@@ -1,3 +1,5 @@
+use k8s_openapi::ByteString;
+
 use super::*;
 
 fn entry(expires: i64, user: &str) -> Entry {
